@@ -1,0 +1,39 @@
+# The two commands of the README: `make run` and `make test`. Both set up
+# everything they need on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+ROUNDS ?= 1
+# OpenMP spin-waiting collapses throughput when cores are shared.
+export OMP_WAIT_POLICY := PASSIVE
+export TOKENIZERS_PARALLELISM := false
+export HF_HUB_OFFLINE := 1
+
+.PHONY: setup sandbox-backend run test fast-test ui
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+# The sandbox backend: bubblewrap from Debian when we may install it.
+sandbox-backend:
+	@command -v bwrap >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; \
+	  else echo "bubblewrap is missing: sudo apt-get install bubblewrap" >&2; exit 1; fi; }
+
+setup: $(BIN)/.installed sandbox-backend
+	$(BIN)/clawloop setup
+
+run: setup
+	$(BIN)/clawloop run --rounds $(ROUNDS)
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+fast-test: setup
+	$(BIN)/python -m pytest -q -m "not slow"
+
+ui: setup
+	DAGSTER_HOME=$${DAGSTER_HOME:-$${CLAWLOOP_HOME:-$$HOME/.clawloop}/dagster} $(BIN)/dagster dev -w workspace.yaml

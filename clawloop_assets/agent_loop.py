@@ -1,0 +1,273 @@
+"""The agent loop, mini-swe-agent style: each assistant turn is one fenced bash
+command, run in a fresh sandbox process on the rollout's own workspace; the
+episode ends on `submit` or at the turn limit; then the verifier scores the
+final workspace in a sandbox of its own.
+
+Rollouts of many tasks and samples are batched through the policy, and every
+token is recorded as sampled (token-in/token-out) with an action mask, so
+training never re-tokenizes and observation tokens are never trained on.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from clawloop_assets.task_bundle import TaskBundle
+from clawloop_assets.verification import run_verifier
+from resources.policy import PolicySession, SamplingParams
+from resources.sandbox import Mount, Sandbox, SandboxError, SandboxLimits
+
+SUBMIT_COMMAND = "submit"
+FENCE_OPEN = "```bash\n"
+FENCE_CLOSE = "```"
+SYSTEM_PROMPT = (
+    "You are a shell agent working in /workspace. Reply with exactly one bash command "
+    "inside a ```bash fenced block, and nothing else. When the task is done, reply with "
+    f"the command {SUBMIT_COMMAND}."
+)
+# Two short worked examples: the measured difference between a 135M model that
+# never emits a command and one that almost always does.
+WORKED_EXAMPLES: list[dict[str, str]] = [
+    {"role": "user", "content": "Write the number of characters in input.txt to chars.txt."},
+    {"role": "assistant", "content": "```bash\nwc -c < input.txt > chars.txt\n```"},
+    {"role": "user", "content": "Append the word done to status.txt."},
+    {"role": "assistant", "content": "```bash\necho done >> status.txt\n```"},
+]
+OBSERVATION_CHARS = 1200  # head and tail of a command's output shown to the agent
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    max_turns: int = 2
+    max_new_tokens: int = 48
+    temperature: float = 0.7
+    output_bytes: int = 16 << 10
+
+    def sampling(self, seed: int) -> SamplingParams:
+        return SamplingParams(
+            max_new_tokens=self.max_new_tokens, temperature=self.temperature, stop=(FENCE_CLOSE,), seed=seed
+        )
+
+
+@dataclass
+class Rollout:
+    """One episode of the policy on one task, and everything needed to train on it."""
+
+    task: TaskBundle
+    sample_index: int
+    workspace: Path
+    token_ids: list[int] = field(default_factory=list)
+    action_mask: list[int] = field(default_factory=list)
+    sampling_logprobs: list[float] = field(default_factory=list)
+    messages: list[dict[str, str]] = field(default_factory=list)
+    commands: list[str] = field(default_factory=list)
+    exit_codes: list[int | None] = field(default_factory=list)
+    last_output: str = ""
+    done: bool = False
+    submitted: bool = False
+    status: str = "scored"  # or "verifier_error" / "sandbox_error"
+    reward: float | None = None
+    error: str | None = None
+    verifier_checks: list[dict] = field(default_factory=list)
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    model_seconds: float = 0.0
+    sandbox_seconds: float = 0.0
+
+    @property
+    def turns(self) -> int:
+        return len(self.commands)
+
+    def extend(self, token_ids: Sequence[int], *, sampled: bool, logprobs: Sequence[float] | None = None) -> None:
+        self.token_ids += token_ids
+        self.action_mask += [1 if sampled else 0] * len(token_ids)
+        self.sampling_logprobs += list(logprobs) if sampled else [0.0] * len(token_ids)
+
+
+def initial_messages(task: TaskBundle) -> list[dict[str, str]]:
+    return [{"role": "system", "content": SYSTEM_PROMPT}, *WORKED_EXAMPLES, {"role": "user", "content": task.instruction}]
+
+
+def parse_command(reply: str) -> str | None:
+    """The command in a reply that opened with the forced fence, or None when
+    the fence was never closed or holds nothing."""
+    if FENCE_CLOSE not in reply:
+        return None
+    command = reply.split(FENCE_CLOSE, 1)[0].strip()
+    return command or None
+
+
+def format_observation(exit_code: int | None, output: str, timed_out: bool) -> str:
+    if len(output) > OBSERVATION_CHARS:
+        half = OBSERVATION_CHARS // 2
+        output = output[:half] + "\n[... output truncated ...]\n" + output[-half:]
+    status = "timed out" if timed_out else f"exit code {exit_code}"
+    return f"{status}\n{output.strip() or '(no output)'}"
+
+
+def run_rollouts(
+    session: PolicySession,
+    sandbox: Sandbox,
+    tasks: Sequence[TaskBundle],
+    samples_per_task: int,
+    settings: AgentSettings,
+    workdir: Path,
+    seed: int,
+    progress: Callable[[str], None] = lambda message: None,
+) -> list[Rollout]:
+    """`samples_per_task` rollouts of every task, batched through the policy turn by turn."""
+    rollouts: list[Rollout] = []
+    for task in tasks:
+        for index in range(samples_per_task):
+            workspace = workdir / task.task_id / f"sample-{index}"
+            if workspace.exists():
+                shutil.rmtree(workspace)
+            shutil.copytree(task.environment_dir, workspace, symlinks=True)
+            rollouts.append(Rollout(task=task, sample_index=index, workspace=workspace))
+
+    for turn in range(settings.max_turns):
+        active = [r for r in rollouts if not r.done]
+        if not active:
+            break
+        progress(f"turn {turn + 1}/{settings.max_turns}: sampling {len(active)} rollouts")
+        if turn == 0:
+            _first_turn(session, tasks, rollouts, samples_per_task, settings, seed)
+        else:
+            _next_turn(session, active, settings, seed + turn)
+        for rollout in active:
+            _act(rollout, sandbox, settings, is_last_turn=turn == settings.max_turns - 1, session=session)
+
+    progress(f"verifying {len(rollouts)} rollouts")
+    for rollout in rollouts:
+        _score(rollout, sandbox)
+    return rollouts
+
+
+def _first_turn(session, tasks, rollouts, n, settings, seed) -> None:
+    # All samples of a task share the first prompt: one prefill, n samples.
+    prompts = []
+    for task in tasks:
+        messages = initial_messages(task)
+        prompts.append(session.chat_tokens(messages, add_generation_prompt=True) + session.encode(FENCE_OPEN))
+    started = time.monotonic()
+    completions = session.sample(prompts, n, settings.sampling(seed))
+    elapsed = time.monotonic() - started
+    for task_index, task in enumerate(tasks):
+        for index in range(n):
+            rollout = rollouts[task_index * n + index]
+            rollout.messages = initial_messages(task)
+            rollout.extend(prompts[task_index], sampled=False)
+            rollout.prompt_tokens = len(prompts[task_index])
+            rollout.model_seconds += elapsed / len(rollouts)
+            _record_reply(session, rollout, completions[task_index][index])
+
+
+def _next_turn(session, active: list[Rollout], settings, seed) -> None:
+    started = time.monotonic()
+    completions = session.sample([r.token_ids for r in active], 1, settings.sampling(seed))
+    elapsed = time.monotonic() - started
+    for rollout, samples in zip(active, completions):
+        rollout.model_seconds += elapsed / len(active)
+        _record_reply(session, rollout, samples[0])
+
+
+def _record_reply(session, rollout: Rollout, completion) -> None:
+    rollout.extend(completion.token_ids, sampled=True, logprobs=completion.logprobs)
+    rollout.generated_tokens += len(completion.token_ids)
+    rollout.messages.append({"role": "assistant", "content": FENCE_OPEN + completion.text})
+
+
+def _act(rollout: Rollout, sandbox: Sandbox, settings: AgentSettings, *, is_last_turn: bool, session) -> None:
+    command = parse_command(rollout.messages[-1]["content"][len(FENCE_OPEN):])
+    if command is None:
+        rollout.commands.append("")
+        rollout.exit_codes.append(None)
+        observation = "Your reply held no complete command. Reply with one bash command in a ```bash block."
+    elif command == SUBMIT_COMMAND:
+        rollout.commands.append(command)
+        rollout.exit_codes.append(0)
+        rollout.submitted = True
+        rollout.done = True
+        return
+    else:
+        rollout.commands.append(command)
+        limits = SandboxLimits(
+            wall_seconds=rollout.task.command_timeout_s,
+            cpu_seconds=max(1, int(rollout.task.command_timeout_s)),
+            output_bytes=settings.output_bytes,
+        )
+        try:
+            result = sandbox.run(["bash", "-c", command], [Mount(rollout.workspace, "/workspace", writable=True)], limits=limits)
+        except SandboxError as exc:
+            rollout.status, rollout.error, rollout.done = "sandbox_error", str(exc), True
+            return
+        rollout.sandbox_seconds += result.seconds
+        rollout.exit_codes.append(result.exit_code)
+        rollout.last_output = result.output[-2000:]
+        observation = format_observation(result.exit_code, result.output, result.timed_out)
+    if is_last_turn:
+        rollout.done = True
+        return
+    _append_observation(session, rollout, observation)
+
+
+def _append_observation(session: PolicySession, rollout: Rollout, observation: str) -> None:
+    """Append the end of the assistant turn, the observation and the next
+    assistant header (with the forced fence) as non-action tokens."""
+    history = rollout.messages[:-1]
+    reply = rollout.messages[-1]["content"]
+    through_reply = session.chat_text(history, add_generation_prompt=True) + reply
+    rollout.messages.append({"role": "user", "content": observation})
+    following = session.chat_text(rollout.messages, add_generation_prompt=True)
+    if not following.startswith(through_reply):
+        raise ValueError("the chat template does not render a conversation as a prefix of its continuation")
+    rollout.extend(session.encode(following[len(through_reply):] + FENCE_OPEN), sampled=False)
+
+
+def _score(rollout: Rollout, sandbox: Sandbox) -> None:
+    if rollout.status == "sandbox_error":
+        return
+    try:
+        verdict = run_verifier(sandbox, rollout.task, rollout.workspace)
+    except SandboxError as exc:
+        rollout.status, rollout.error = "sandbox_error", str(exc)
+        return
+    rollout.sandbox_seconds += verdict.seconds
+    rollout.verifier_checks = verdict.checks
+    if verdict.status == "scored":
+        rollout.reward = verdict.reward
+    else:
+        rollout.status, rollout.error = "verifier_error", verdict.error
+
+
+def rollout_row(rollout: Rollout, *, round_key: str, phase: str, checkpoint_id: str, temperature: float) -> dict:
+    return {
+        "round": round_key,
+        "rollout_id": f"{rollout.task.task_id}.{phase}.{rollout.sample_index}",
+        "task_id": rollout.task.task_id,
+        "phase": phase,
+        "checkpoint_id": checkpoint_id,
+        "sample_index": rollout.sample_index,
+        "status": rollout.status,
+        "reward": rollout.reward,
+        "error": rollout.error,
+        "turns": rollout.turns,
+        "submitted": rollout.submitted,
+        "commands": rollout.commands,
+        "exit_codes": rollout.exit_codes,
+        "last_output": rollout.last_output,
+        "verifier_checks": json.dumps(rollout.verifier_checks),
+        "token_ids": rollout.token_ids,
+        "action_mask": rollout.action_mask,
+        "sampling_logprobs": rollout.sampling_logprobs,
+        "temperature": temperature,
+        "prompt_tokens": rollout.prompt_tokens,
+        "generated_tokens": rollout.generated_tokens,
+        "model_seconds": rollout.model_seconds,
+        "sandbox_seconds": rollout.sandbox_seconds,
+    }

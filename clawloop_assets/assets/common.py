@@ -1,0 +1,27 @@
+"""Helpers shared by the round's assets: recording a phase's cost, and
+rendering tables for the UI."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import dagster as dg
+
+from clawloop_assets.cost import PhaseCost
+from resources.warehouse import Warehouse, table_frame
+
+def record_cost(warehouse: Warehouse, round_key: str, cost: PhaseCost) -> None:
+    warehouse.replace("cost_ledger", table_frame("cost_ledger", [cost.row(round_key)]), {"round": round_key, "phase": cost.phase})
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> dg.MetadataValue:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
+    return dg.MetadataValue.md("\n".join(lines))
+
+
+def histogram_table(counts: Mapping[int, int], label: str) -> dg.MetadataValue:
+    """A text histogram: the UI renders markdown, so this needs no image store."""
+    top = max(counts.values(), default=0) or 1
+    rows = [(k, counts[k], "█" * round(20 * counts[k] / top)) for k in sorted(counts)]
+    return markdown_table([label, "tasks", ""], rows)

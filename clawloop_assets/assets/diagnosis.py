@@ -1,0 +1,144 @@
+"""Phase 3: held-out rollouts before and after training, the diagnosis report,
+and the round summary."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import dagster as dg
+import polars as pl
+
+from clawloop_assets import paths
+from clawloop_assets.assets.common import markdown_table, record_cost
+from clawloop_assets.assets.training import policy_checkpoint
+from clawloop_assets.assets.validation import _seed, collect_rollouts, rollout_metadata, task_splits
+from clawloop_assets.cost import measure
+from clawloop_assets.diagnosis import aggregate_patterns, render_report, summarize_failures
+from clawloop_assets.loop_config import LoopConfig
+from clawloop_assets.partitions import round_partitions
+from clawloop_assets.round_state import input_policy, require_rows, round_policy, split_task_ids
+from resources.policy import PolicyModel
+from resources.sandbox import Sandbox
+from resources.warehouse import Warehouse, table_frame
+
+GROUP = "diagnosis"
+
+
+@dg.asset(partitions_def=round_partitions, group_name=GROUP, deps=[task_splits])
+def heldout_baseline_rollouts(context: dg.AssetExecutionContext, warehouse: Warehouse, sandbox: Sandbox,
+                              policy: PolicyModel, loop: LoopConfig) -> dg.MaterializeResult:
+    """The round's input policy on E_k: the 'before' of the held-out pass rate."""
+    key = context.partition_key
+    ref = input_policy(warehouse, policy, key)
+    rows, cost = collect_rollouts(context, warehouse, sandbox, policy, ref, split_task_ids(warehouse, key, "heldout"),
+                                  loop.heldout_samples, "heldout_before", _seed(key, "heldout", loop), loop)
+    return dg.MaterializeResult(metadata=rollout_metadata(rows, cost, ref))
+
+
+@dg.asset(partitions_def=round_partitions, group_name=GROUP, deps=[policy_checkpoint, heldout_baseline_rollouts])
+def diagnosis_rollouts(context: dg.AssetExecutionContext, warehouse: Warehouse, sandbox: Sandbox,
+                       policy: PolicyModel, loop: LoopConfig) -> dg.MaterializeResult:
+    """The trained policy on E_k, with the same seeds and sample count as the baseline."""
+    key = context.partition_key
+    ref = round_policy(warehouse, key, "policy")
+    rows, cost = collect_rollouts(context, warehouse, sandbox, policy, ref, split_task_ids(warehouse, key, "heldout"),
+                                  loop.heldout_samples, "heldout_after", _seed(key, "heldout", loop), loop)
+    return dg.MaterializeResult(metadata=rollout_metadata(rows, cost, ref))
+
+
+@dg.asset(partitions_def=round_partitions, group_name=GROUP, deps=[diagnosis_rollouts])
+def diagnosis_report(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg.MaterializeResult:
+    """Failure summaries of the trained policy on E_k, aggregated into patterns."""
+    key = context.partition_key
+    with measure("diagnosis_report") as cost:
+        rollouts = warehouse.read("rollouts", {"round": key, "phase": "heldout_after"})
+        tasks = warehouse.read("tasks", {"round": key})
+        capability_of = dict(zip(tasks["task_id"], tasks["capability_id"]))
+        summaries = summarize_failures(rollouts.iter_rows(named=True), capability_of)
+        patterns = aggregate_patterns(summaries, key)
+        scored = rollouts.filter(pl.col("status") == "scored").with_columns(
+            capability_id=pl.col("task_id").replace_strict(capability_of))
+        by_capability = {row["capability_id"]: (int(row["passed"]), int(row["total"])) for row in scored.group_by("capability_id").agg(
+            passed=pl.col("reward").sum(), total=pl.len()).iter_rows(named=True)}
+        report = render_report(key, patterns, by_capability, len(summaries))
+    summary_rows = [{"round": key, **{k: v for k, v in s.__dict__.items() if k != "evidence"}, "evidence": json.dumps(s.evidence)}
+                    for s in summaries]
+    pattern_rows = [{"round": key, **p.__dict__} for p in patterns]
+    warehouse.replace("failure_summaries", table_frame("failure_summaries", summary_rows), {"round": key})
+    warehouse.replace("diagnosis_patterns", table_frame("diagnosis_patterns", pattern_rows), {"round": key})
+    record_cost(warehouse, key, cost)
+    path = paths.round_dir(key) / "diagnosis_report.md"
+    path.write_text(report)
+    return dg.MaterializeResult(metadata={
+        "report_id": f"{key}.diagnosis_report",
+        "failures": len(summaries),
+        "patterns": len(patterns),
+        "root_causes": dict(Counter(s.root_cause for s in summaries)),
+        "report": dg.MetadataValue.md(report),
+        "path": dg.MetadataValue.path(str(path)),
+    })
+
+
+def _pass_rate(rollouts: pl.DataFrame, phase: str) -> float | None:
+    scored = rollouts.filter((pl.col("phase") == phase) & (pl.col("status") == "scored"))
+    return round(float(scored["reward"].mean()), 4) if scored.height else None
+
+
+@dg.asset(partitions_def=round_partitions, group_name=GROUP, deps=[diagnosis_report])
+def round_summary(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg.MaterializeResult:
+    """The round in numbers: summary.json, the round_summaries row, and the cost table."""
+    key = context.partition_key
+    tasks = require_rows(warehouse, "tasks", key, "candidate_tasks")
+    checks = warehouse.read("agent_free_validations", {"round": key})
+    admissions = warehouse.read("admissions", {"round": key})
+    splits = warehouse.read("task_splits", {"round": key})
+    rollouts = warehouse.read("rollouts", {"round": key})
+    runs = {r["job"]: r for r in warehouse.read("training_runs", {"round": key}).iter_rows(named=True)}
+    checkpoints = {r["kind"]: r for r in warehouse.read("checkpoints", {"round": key}).iter_rows(named=True)}
+    if "policy" not in checkpoints:
+        raise RuntimeError(f"{key} has no policy checkpoint: materialize policy_checkpoint first")
+    patterns = warehouse.read("diagnosis_patterns", {"round": key})
+    ledger = warehouse.read("cost_ledger", {"round": key})
+    admitted = int(admissions["admitted"].sum()) if admissions.height else 0
+    summary = {
+        "round": key,
+        "candidates": tasks.height,
+        "agent_free_passed": int(checks["passed"].sum()) if checks.height else 0,
+        "rollouts": int((rollouts["phase"] == "validation").sum()),
+        "admitted": admitted,
+        "admission_rate": round(admitted / tasks.height, 4) if tasks.height else 0.0,
+        "train_tasks": int((splits["split"] == "train").sum()),
+        "heldout_tasks": int((splits["split"] == "heldout").sum()),
+        "sft_examples": runs.get("sft", {}).get("examples", 0),
+        "grpo_groups": _grpo_groups(runs),
+        "heldout_pass_rate_before": _pass_rate(rollouts, "heldout_before"),
+        "heldout_pass_rate_after": _pass_rate(rollouts, "heldout_after"),
+        "patterns": [{"pattern_id": p["pattern_id"], "description": p["description"], "count": p["count"],
+                      "share": round(p["share"], 4)} for p in patterns.sort("count", descending=True).iter_rows(named=True)],
+        "seconds": {r["phase"]: round(r["wall_seconds"], 2) for r in ledger.iter_rows(named=True)},
+        "policy_checkpoint_id": checkpoints["policy"]["checkpoint_id"],
+        "input_checkpoint_id": checkpoints["sft"]["parent_checkpoint_id"],
+        "diagnosis_report_id": f"{key}.diagnosis_report",
+        "training": {job: {"status": r["status"], "reason": r["reason"], "examples": r["examples"]} for job, r in runs.items()},
+    }
+    summary["seconds"]["total"] = round(sum(summary["seconds"].values()), 2)
+    path = paths.round_dir(key) / "summary.json"
+    path.write_text(json.dumps(summary, indent=2) + "\n")
+    warehouse.replace("round_summaries", table_frame("round_summaries", [{"round": key, "summary": json.dumps(summary)}]), {"round": key})
+    return dg.MaterializeResult(metadata={
+        **{k: v for k, v in summary.items() if isinstance(v, (int, float, str)) and v is not None},
+        "summary": dg.MetadataValue.json(summary),
+        "cost_by_phase": markdown_table(["phase", "wall s", "cpu s", "rollouts", "tokens"], [
+            (r["phase"], round(r["wall_seconds"], 1), round(r["cpu_seconds"], 1), r["rollouts"], r["tokens"])
+            for r in ledger.iter_rows(named=True)]),
+        "path": dg.MetadataValue.path(str(path)),
+    })
+
+
+def _grpo_groups(runs: dict) -> int:
+    run = runs.get("grpo")
+    if not run or run["status"] != "trained":
+        return 0
+    metrics = json.loads(run["metrics"])
+    return int(metrics.get("groups", metrics.get("groups_used", 0)))

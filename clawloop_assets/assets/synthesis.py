@@ -1,0 +1,171 @@
+"""Phase 1a: catalogs, the synthesis plan, generators and candidate tasks."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import dagster as dg
+import polars as pl
+
+from clawloop_assets import catalogs, curriculum
+from clawloop_assets.assets.common import markdown_table, record_cost
+from clawloop_assets.cost import measure
+from clawloop_assets.loop_config import LoopConfig
+from clawloop_assets.partitions import previous_round, round_number, round_partitions
+from clawloop_assets.round_state import MissingUpstreamError, require_rows, workdir
+from clawloop_assets.synthesis import GeneratorSpec, build_candidate, write_generator
+from resources.sandbox import Sandbox
+from resources.warehouse import Warehouse, table_frame
+
+GROUP = "synthesis"
+
+
+@dg.asset(partitions_def=round_partitions, group_name=GROUP)
+def capability_catalog(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg.MaterializeResult:
+    """The capabilities this round's tasks exercise."""
+    rows = [
+        {"round": context.partition_key, "capability_id": c.id, "track": c.track,
+         "description": c.description, "skills": list(c.skills)}
+        for c in catalogs.load_capability_catalog()
+    ]
+    warehouse.replace("capabilities", table_frame("capabilities", rows), {"round": context.partition_key})
+    return dg.MaterializeResult(metadata={
+        "capabilities": len(rows),
+        "catalog": markdown_table(["capability", "track", "description"], [(r["capability_id"], r["track"], r["description"]) for r in rows]),
+    })
+
+
+@dg.asset(partitions_def=round_partitions, group_name=GROUP)
+def domain_catalog(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg.MaterializeResult:
+    """The domains every capability is instantiated in."""
+    rows = [
+        {"round": context.partition_key, "domain_id": d.id, "entity": d.entity, "vocabulary": json.dumps(d.as_params())}
+        for d in catalogs.load_domain_catalog()
+    ]
+    warehouse.replace("domains", table_frame("domains", rows), {"round": context.partition_key})
+    return dg.MaterializeResult(metadata={"domains": len(rows), "domain_ids": ", ".join(r["domain_id"] for r in rows)})
+
+
+@dg.asset(partitions_def=round_partitions, group_name=GROUP, deps=[capability_catalog])
+def synthesis_plan(context: dg.AssetExecutionContext, warehouse: Warehouse, loop: LoopConfig) -> dg.MaterializeResult:
+    """Candidates per capability and difficulty, conditioned on round k-1's diagnosis."""
+    key = context.partition_key
+    capabilities = require_rows(warehouse, "capabilities", key, "capability_catalog")["capability_id"].to_list()
+    upstream = previous_round(key)
+    if upstream is None:
+        plan = curriculum.first_plan(capabilities, loop.candidates_per_round)
+    else:
+        plan = curriculum.next_plan(
+            capabilities, _outcomes(warehouse, upstream), loop.candidates_per_round,
+            (loop.admission_low / loop.rollouts_per_task, loop.admission_high / loop.rollouts_per_task),
+        )
+    rows = [
+        {"round": key, "capability_id": e.capability_id, "difficulty": e.difficulty, "weight": e.weight,
+         "candidates": e.candidates, "source_round": upstream, "reason": e.reason}
+        for e in plan
+    ]
+    warehouse.replace("synthesis_plans", table_frame("synthesis_plans", rows), {"round": key})
+    return dg.MaterializeResult(metadata={
+        "upstream_round": upstream or "none (round 1 starts from the base curriculum)",
+        "plan": markdown_table(["capability", "level", "weight", "candidates", "why"],
+                               [(e.capability_id, e.difficulty, f"{e.weight:.2f}", e.candidates, e.reason) for e in plan]),
+    })
+
+
+def _outcomes(warehouse: Warehouse, upstream: str) -> dict[str, curriculum.CapabilityOutcome]:
+    """Round k-1's difficulty state and results, read by key."""
+    if warehouse.read("round_summaries", {"round": upstream}).is_empty():
+        raise MissingUpstreamError(f"{upstream} has not completed (no round_summary): finish it before planning the next round")
+    plan = warehouse.read("synthesis_plans", {"round": upstream})
+    tasks = warehouse.read("tasks", {"round": upstream}).select("task_id", "capability_id")
+    rollouts = warehouse.read("rollouts", {"round": upstream})
+    # The trained policy's held-out results say where it stands now; capabilities
+    # with no held-out task fall back to the validation rollouts of the round.
+    scored = rollouts.filter(pl.col("status") == "scored").join(tasks, on="task_id")
+    after = scored.filter(pl.col("phase") == "heldout_after")
+    during = scored.filter(pl.col("phase") == "validation")
+    summaries = warehouse.read("failure_summaries", {"round": upstream})
+    failures = max(summaries.height, 1)
+    outcomes = {}
+    for row in plan.iter_rows(named=True):
+        capability = row["capability_id"]
+        source = after.filter(pl.col("capability_id") == capability)
+        if source.is_empty():
+            source = during.filter(pl.col("capability_id") == capability)
+        rate = float(source["reward"].mean()) if source.height else None
+        share = summaries.filter(pl.col("capability_id") == capability).height / failures
+        outcomes[capability] = curriculum.CapabilityOutcome(row["difficulty"], rate, share)
+    return outcomes
+
+
+def candidate_assignments(warehouse: Warehouse, round_key: str) -> list[tuple[GeneratorSpec, int]]:
+    """(generator, seed) for every candidate of the plan: capabilities rotate
+    through the domains, offset by round so each round sees other domains first."""
+    plan = require_rows(warehouse, "synthesis_plans", round_key, "synthesis_plan")
+    capabilities = {c.id: c for c in catalogs.load_capability_catalog()}
+    domains = catalogs.load_domain_catalog()
+    number = round_number(round_key)
+    assignments = []
+    for entry in plan.sort("capability_id").iter_rows(named=True):
+        capability = capabilities[entry["capability_id"]]
+        for j in range(entry["candidates"]):
+            domain = domains[(number * 5 + j) % len(domains)]
+            spec = GeneratorSpec(
+                generator_id=f"{capability.id}.{domain.id}.L{entry['difficulty']}",
+                capability=capability.id, domain=domain.id, difficulty=entry["difficulty"],
+                track=capability.track, params={**domain.as_params(), "difficulty": entry["difficulty"]},
+            )
+            assignments.append((spec, number * 1000 + j))
+    return assignments
+
+
+@dg.asset(partitions_def=round_partitions, group_name=GROUP, deps=[synthesis_plan, domain_catalog])
+def task_generators(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg.MaterializeResult:
+    """Generator programs build(seed) -> (workspace, answer key, contract), one per capability x domain x level."""
+    key = context.partition_key
+    root = workdir(key, "generators")
+    specs = {spec.generator_id: spec for spec, _ in candidate_assignments(warehouse, key)}
+    rows = []
+    for spec in specs.values():
+        directory = root / spec.generator_id
+        if directory.exists():
+            shutil.rmtree(directory)
+        write_generator(spec, directory)
+        rows.append({"round": key, "generator_id": spec.generator_id, "capability_id": spec.capability,
+                     "domain_id": spec.domain, "difficulty": spec.difficulty, "track": spec.track, "path": str(directory)})
+    warehouse.replace("generators", table_frame("generators", rows), {"round": key})
+    return dg.MaterializeResult(metadata={"generators": len(rows), "path": dg.MetadataValue.path(str(root))})
+
+
+@dg.asset(partitions_def=round_partitions, group_name=GROUP, deps=[task_generators])
+def candidate_tasks(context: dg.AssetExecutionContext, warehouse: Warehouse, sandbox: Sandbox) -> dg.MaterializeResult:
+    """Seeded task bundles: each generator run in the sandbox with its seeds."""
+    key = context.partition_key
+    generators = require_rows(warehouse, "generators", key, "task_generators")
+    path_of = dict(zip(generators["generator_id"], generators["path"]))
+    root = workdir(key, "tasks")
+    assignments = candidate_assignments(warehouse, key)
+    rows = []
+    with measure("synthesis") as cost:
+        for i, (spec, seed) in enumerate(assignments):
+            build = build_candidate(sandbox, path_of[spec.generator_id], spec, seed, key, root)
+            rows.append({
+                "round": key, "task_id": build.task_id, "generator_id": spec.generator_id,
+                "capability_id": spec.capability, "domain_id": spec.domain, "difficulty": spec.difficulty,
+                "track": spec.track, "seed": seed,
+                "bundle_path": str(build.bundle_dir) if build.bundle_dir else None,
+                "build_status": "built" if build.error is None else "failed",
+                "build_error": build.error, "seconds": build.seconds,
+            })
+            if (i + 1) % 10 == 0 or i + 1 == len(assignments):
+                context.log.info(f"built {i + 1}/{len(assignments)} candidates")
+    warehouse.replace("tasks", table_frame("tasks", rows), {"round": key})
+    record_cost(warehouse, key, cost)
+    failed = [r for r in rows if r["build_status"] == "failed"]
+    return dg.MaterializeResult(metadata={
+        "candidates": len(rows),
+        "built": len(rows) - len(failed),
+        "build_failures": markdown_table(["task", "reason"], [(r["task_id"], r["build_error"]) for r in failed[:20]]),
+        "seconds": round(cost.wall_seconds, 2),
+    })

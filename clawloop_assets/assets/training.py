@@ -1,0 +1,102 @@
+"""Phase 2: SFT on the successes of T_k, then GRPO on its recorded groups,
+each a Pipes job launched by the training-launcher resource."""
+
+from __future__ import annotations
+
+import json
+
+import dagster as dg
+
+from clawloop_assets.assets.common import record_cost
+from clawloop_assets.assets.validation import task_splits
+from clawloop_assets.checkpoints import checkpoint_id
+from clawloop_assets.cost import measure
+from clawloop_assets.loop_config import LoopConfig
+from clawloop_assets.partitions import round_partitions
+from clawloop_assets.round_state import PolicyRef, input_policy, require_rows, round_policy, split_task_ids, workdir
+from clawloop_assets.training_data import grpo_groups, sft_examples, write_jsonl
+from resources.policy import PolicyModel
+from resources.training_launcher import TrainingLauncher
+from resources.warehouse import Warehouse, table_frame
+
+GROUP = "training"
+
+
+def _register(warehouse: Warehouse, key: str, kind: str, ref_path, parent: PolicyRef) -> str:
+    ckpt = checkpoint_id(ref_path)
+    row = {"round": key, "checkpoint_id": ckpt, "kind": kind, "path": str(ref_path), "parent_checkpoint_id": parent.checkpoint_id}
+    warehouse.replace("checkpoints", table_frame("checkpoints", [row]), {"round": key, "kind": kind})
+    return ckpt
+
+
+def _record_run(warehouse, key, job, parent: PolicyRef, output_id, examples, status, reason, metrics, seconds) -> None:
+    row = {"round": key, "run_id": f"{key}.{job}", "job": job, "base_checkpoint_id": parent.checkpoint_id,
+           "output_checkpoint_id": output_id, "examples": examples, "status": status, "reason": reason,
+           "metrics": json.dumps(metrics, default=str), "seconds": seconds}
+    warehouse.replace("training_runs", table_frame("training_runs", [row]), {"round": key, "job": job})
+
+
+def _train(context, warehouse, launcher, loop, job, frame, start: PolicyRef, reference: PolicyRef, kind) -> dg.MaterializeResult:
+    """Run one training job on `frame`, or pass `start` through (recorded as
+    skipped, with the reason) when the mode or the data leave nothing to train."""
+    key = context.partition_key
+    mode_skips = (job == "sft" and loop.training_mode == "grpo_only") or (job == "grpo" and loop.training_mode == "sft_only")
+    reason = f"training_mode={loop.training_mode}" if mode_skips else None
+    if reason is None and frame.is_empty():
+        reason = "no successful trajectories in T_k" if job == "sft" else "no scored groups in T_k"
+    with measure(job) as cost:
+        if reason:
+            output, metrics, examples = start.path, {}, 0
+        else:
+            examples = frame.height
+            directory = workdir(key, "training")
+            output = workdir(key, "checkpoints") / kind
+            config = {
+                "base_checkpoint": str(start.path),
+                "examples": str(write_jsonl(frame, directory / f"{job}_examples.jsonl")),
+                "output_checkpoint": str(output),
+                "learning_rate": loop.sft_learning_rate if job == "sft" else loop.grpo_learning_rate,
+                "epochs": loop.sft_epochs if job == "sft" else loop.grpo_epochs,
+                "batch_size": loop.train_batch_size,
+                "seed": loop.seed,
+                "torch_threads": loop.torch_threads,
+            }
+            if job == "grpo":
+                config |= {"reference_checkpoint": str(reference.path), "beta": loop.kl_beta}
+            metrics = launcher.launch(context, job, config)
+            cost.tokens = int(sum(len(t) for t in frame["token_ids"]))
+    output_id = _register(warehouse, key, kind, output, start)
+    _record_run(warehouse, key, job, start, None if reason else output_id, examples,
+                "skipped" if reason else "trained", reason, metrics, cost.wall_seconds)
+    record_cost(warehouse, key, cost)
+    scalar = {k: v for k, v in metrics.items() if isinstance(v, (int, float, str, bool))}
+    return dg.MaterializeResult(metadata={
+        "checkpoint_id": output_id, "parent_checkpoint_id": start.checkpoint_id, "path": dg.MetadataValue.path(str(output)),
+        "status": "skipped: " + reason if reason else "trained", "examples": examples,
+        "seconds": round(cost.wall_seconds, 2), **scalar,
+    })
+
+
+@dg.asset(partitions_def=round_partitions, group_name=GROUP, deps=[task_splits])
+def sft_checkpoint(context: dg.AssetExecutionContext, warehouse: Warehouse, policy: PolicyModel,
+                   training_launcher: TrainingLauncher, loop: LoopConfig) -> dg.MaterializeResult:
+    """Self-distillation: SFT on the successful trajectories of T_k, loss on action tokens only."""
+    key = context.partition_key
+    start = input_policy(warehouse, policy, key)
+    rollouts = require_rows(warehouse, "rollouts", key, "validation_rollouts", phase="validation")
+    frame = sft_examples(rollouts, split_task_ids(warehouse, key, "train"))
+    result = _train(context, warehouse, training_launcher, loop, "sft", frame, start, start, "sft")
+    result.metadata["upstream_round"] = start.upstream_round or "none (base model)"
+    return result
+
+
+@dg.asset(partitions_def=round_partitions, group_name=GROUP, deps=[sft_checkpoint])
+def policy_checkpoint(context: dg.AssetExecutionContext, warehouse: Warehouse, policy: PolicyModel,
+                      training_launcher: TrainingLauncher, loop: LoopConfig) -> dg.MaterializeResult:
+    """GRPO on the recorded groups of T_k, from the SFT checkpoint, KL to the round's input policy."""
+    key = context.partition_key
+    reference = input_policy(warehouse, policy, key)
+    start = round_policy(warehouse, key, "sft")
+    rollouts = require_rows(warehouse, "rollouts", key, "validation_rollouts", phase="validation")
+    frame = grpo_groups(rollouts, split_task_ids(warehouse, key, "train"))
+    return _train(context, warehouse, training_launcher, loop, "grpo", frame, start, reference, "policy")

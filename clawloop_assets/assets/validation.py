@@ -1,0 +1,144 @@
+"""Phase 1b: agent-free validation, the admission rollouts, the admission band
+and the train / held-out split."""
+
+from __future__ import annotations
+
+import zlib
+from collections import Counter
+
+import dagster as dg
+import polars as pl
+
+from clawloop_assets.admission import decide_admission, split_tasks
+from clawloop_assets.agent_free_validation import validate_without_agent
+from clawloop_assets.agent_loop import rollout_row, run_rollouts
+from clawloop_assets.assets.common import histogram_table, markdown_table, record_cost
+from clawloop_assets.assets.synthesis import candidate_tasks
+from clawloop_assets.cost import measure
+from clawloop_assets.loop_config import LoopConfig
+from clawloop_assets.partitions import round_partitions
+from clawloop_assets.round_state import PolicyRef, input_policy, load_bundles, require_rows, workdir
+from clawloop_assets.task_bundle import load_task_bundle
+from resources.policy import PolicyModel
+from resources.sandbox import Sandbox
+from resources.warehouse import Warehouse, table_frame
+
+GROUP = "validation"
+
+
+@dg.asset(partitions_def=round_partitions, group_name=GROUP, deps=[candidate_tasks])
+def agent_free_validation(context: dg.AssetExecutionContext, warehouse: Warehouse, sandbox: Sandbox) -> dg.MaterializeResult:
+    """Oracle passes its verifier, the untouched workspace fails, nothing leaks."""
+    key = context.partition_key
+    tasks = require_rows(warehouse, "tasks", key, "candidate_tasks").filter(pl.col("build_status") == "built")
+    scratch = workdir(key, "agent_free")
+    rows = []
+    with measure("agent_free_validation") as cost:
+        for path in tasks["bundle_path"].to_list():
+            result = validate_without_agent(sandbox, load_task_bundle(path), scratch)
+            rows.append({"round": key, "task_id": result.task_id, "passed": result.passed,
+                         "oracle_passed": result.oracle_passed, "untouched_failed": result.untouched_failed,
+                         "leak_free": result.leak_free, "reason": result.reason})
+    warehouse.replace("agent_free_validations", table_frame("agent_free_validations", rows), {"round": key})
+    record_cost(warehouse, key, cost)
+    failed = [r for r in rows if not r["passed"]]
+    return dg.MaterializeResult(metadata={
+        "checked": len(rows),
+        "passed": len(rows) - len(failed),
+        "failure_rate": round(len(failed) / len(rows), 3) if rows else 0.0,
+        "failures": markdown_table(["task", "reason"], [(r["task_id"], r["reason"]) for r in failed[:20]]),
+    })
+
+
+def collect_rollouts(context, warehouse, sandbox, policy: PolicyModel, ref: PolicyRef, task_ids, samples, phase, seed, loop: LoopConfig):
+    """Roll the policy out on tasks, store the rollouts of this phase, return them."""
+    key = context.partition_key
+    bundles = load_bundles(warehouse, key, task_ids)
+    settings = loop.agent_settings()
+    with measure(phase) as cost:
+        session = policy.load(ref.path)
+        try:
+            rollouts = run_rollouts(session, sandbox, bundles, samples, settings, workdir(key, "rollouts", phase), seed,
+                                    progress=context.log.info)
+        finally:
+            session.close()
+        rows = [rollout_row(r, round_key=key, phase=phase, checkpoint_id=ref.checkpoint_id, temperature=settings.temperature)
+                for r in rollouts]
+        cost.rollouts = len(rows)
+        cost.tokens = sum(r["generated_tokens"] for r in rows)
+    warehouse.replace("rollouts", table_frame("rollouts", rows), {"round": key, "phase": phase})
+    record_cost(warehouse, key, cost)
+    return table_frame("rollouts", rows), cost
+
+
+def rollout_metadata(rows: pl.DataFrame, cost, ref: PolicyRef) -> dict:
+    scored = rows.filter(pl.col("status") == "scored")
+    return {
+        "upstream_round": ref.upstream_round or "none (base model)",
+        "policy_checkpoint_id": ref.checkpoint_id,
+        "rollouts": rows.height,
+        "excluded_rollouts": rows.height - scored.height,
+        "pass_rate": round(float(scored["reward"].mean()), 4) if scored.height else 0.0,
+        "mean_turns": round(float(rows["turns"].mean()), 2) if rows.height else 0.0,
+        "generated_tokens_per_second": round(cost.tokens / max(rows["model_seconds"].sum(), 1e-9), 1),
+        "seconds": round(cost.wall_seconds, 2),
+    }
+
+
+@dg.asset(partitions_def=round_partitions, group_name=GROUP, deps=[agent_free_validation])
+def validation_rollouts(context: dg.AssetExecutionContext, warehouse: Warehouse, sandbox: Sandbox,
+                        policy: PolicyModel, loop: LoopConfig) -> dg.MaterializeResult:
+    """N rollouts of the current policy on every task that passed agent-free validation."""
+    key = context.partition_key
+    checked = require_rows(warehouse, "agent_free_validations", key, "agent_free_validation")
+    task_ids = checked.filter(pl.col("passed"))["task_id"].to_list()
+    ref = input_policy(warehouse, policy, key)
+    rows, cost = collect_rollouts(context, warehouse, sandbox, policy, ref, task_ids, loop.rollouts_per_task,
+                                  "validation", _seed(key, "validation", loop), loop)
+    return dg.MaterializeResult(metadata=rollout_metadata(rows, cost, ref))
+
+
+@dg.asset(partitions_def=round_partitions, group_name=GROUP, deps=[validation_rollouts])
+def admitted_tasks(context: dg.AssetExecutionContext, warehouse: Warehouse, loop: LoopConfig) -> dg.MaterializeResult:
+    """Tasks the current policy solves between N_l and N_h times out of N."""
+    key = context.partition_key
+    band = loop.admission_band()
+    rollouts = require_rows(warehouse, "rollouts", key, "validation_rollouts", phase="validation")
+    rows = []
+    for task_id, group in sorted(rollouts.group_by("task_id"), key=lambda kv: kv[0][0]):
+        rewards = [r if s == "scored" else None for r, s in zip(group["reward"], group["status"])]
+        decision = decide_admission(rewards, band)
+        rows.append({"round": key, "task_id": task_id[0], "pass_count": decision.pass_count,
+                     "scored_rollouts": decision.scored_rollouts, "excluded_rollouts": decision.excluded_rollouts,
+                     "admitted": decision.admitted, "decision": decision.decision})
+    warehouse.replace("admissions", table_frame("admissions", rows), {"round": key})
+    candidates = warehouse.read("tasks", {"round": key}).height
+    admitted = sum(r["admitted"] for r in rows)
+    return dg.MaterializeResult(metadata={
+        "candidates": candidates,
+        "admitted": admitted,
+        "admission_rate": round(admitted / candidates, 4) if candidates else 0.0,
+        "admission_band": f"[{band.low}, {band.high}] of {band.rollouts_per_task}",
+        "decisions": dict(Counter(r["decision"] for r in rows)),
+        "pass_count_histogram": histogram_table(Counter(r["pass_count"] for r in rows), "passes of N"),
+    })
+
+
+@dg.asset(partitions_def=round_partitions, group_name=GROUP, deps=[admitted_tasks])
+def task_splits(context: dg.AssetExecutionContext, warehouse: Warehouse, loop: LoopConfig) -> dg.MaterializeResult:
+    """Seeded split of the admitted tasks into T_k (train) and E_k (held-out)."""
+    key = context.partition_key
+    admitted = require_rows(warehouse, "admissions", key, "admitted_tasks").filter(pl.col("admitted"))
+    tasks = warehouse.read("tasks", {"round": key})
+    capability_of = dict(zip(tasks["task_id"], tasks["capability_id"]))
+    split = split_tasks({t: capability_of[t] for t in admitted["task_id"]}, loop.heldout_fraction, _seed(key, "split", loop))
+    rows = [{"round": key, "task_id": t, "split": s} for t, s in sorted(split.items())]
+    warehouse.replace("task_splits", table_frame("task_splits", rows), {"round": key})
+    counts = Counter(split.values())
+    return dg.MaterializeResult(metadata={"train_tasks": counts["train"], "heldout_tasks": counts["heldout"],
+                                          "splits": markdown_table(["task", "split"], [(r["task_id"], r["split"]) for r in rows])})
+
+
+def _seed(round_key: str, purpose: str, loop: LoopConfig) -> int:
+    """Stable seeds per round and purpose (the held-out before/after pair shares one)."""
+    return (zlib.crc32(f"{round_key}/{purpose}".encode()) + loop.seed) % (2**31)

@@ -1,0 +1,86 @@
+"""`clawloop`: prepare this machine, and run rounds of the loop through the
+Dagster instance under $CLAWLOOP_HOME (so the UI shows every run)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from clawloop_assets import paths
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def prepare_dagster_home() -> Path:
+    home = paths.dagster_home()
+    home.mkdir(parents=True, exist_ok=True)
+    if not (home / "dagster.yaml").exists():
+        shutil.copy(REPO_ROOT / "dagster.yaml", home / "dagster.yaml")
+    os.environ["DAGSTER_HOME"] = str(home)
+    return home
+
+
+def setup() -> None:
+    from resources.embedded_model import ensure_base_model
+    from resources.sandbox import BubblewrapSandbox
+
+    BubblewrapSandbox()._bwrap()  # raises with the fix when bubblewrap is missing
+    print(f"base model: {ensure_base_model(paths.model_cache_dir())}")
+    print(f"dagster home: {prepare_dagster_home()}")
+
+
+def next_round_key() -> str:
+    """The round after the last completed one; an unfinished round is rerun."""
+    from clawloop_assets.partitions import round_key, round_number
+    from resources.warehouse import DuckDBWarehouse
+
+    done = DuckDBWarehouse().read("round_summaries")["round"].to_list()
+    return round_key(max((round_number(k) for k in done), default=0) + 1)
+
+
+def run_rounds(count: int) -> list[dict]:
+    prepare_dagster_home()
+    import dagster as dg
+
+    from clawloop_assets.definitions import defs
+    from clawloop_assets.partitions import round_partitions
+
+    summaries = []
+    with dg.DagsterInstance.get() as instance:
+        job = defs.resolve_job_def("round_job")
+        for _ in range(count):
+            key = next_round_key()
+            if not instance.has_dynamic_partition(round_partitions.name, key):
+                instance.add_dynamic_partitions(round_partitions.name, [key])
+            print(f"== {key} ==", flush=True)
+            result = job.execute_in_process(instance=instance, partition_key=key, raise_on_error=False)
+            if not result.success:
+                failed = [e.step_key for e in result.all_events if e.is_step_failure]
+                raise SystemExit(f"{key} failed at {failed}; see the run in the Dagster UI (make ui) or the log above")
+            summary = json.loads((paths.round_dir(key) / "summary.json").read_text())
+            print(json.dumps(summary, indent=2))
+            summaries.append(summary)
+    return summaries
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="clawloop", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("setup", help="check the sandbox and prepare the embedded model")
+    run = commands.add_parser("run", help="run the next round(s) of the loop")
+    run.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args(argv)
+    if args.command == "setup":
+        setup()
+    elif args.command == "run":
+        if args.rounds < 1:
+            parser.error("--rounds must be at least 1")
+        run_rounds(args.rounds)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

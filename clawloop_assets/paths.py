@@ -1,0 +1,34 @@
+"""Where ClawLoop keeps its state: everything lives under $CLAWLOOP_HOME."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DEFAULT_HOME = Path.home() / ".clawloop"
+
+
+def clawloop_home() -> Path:
+    return Path(os.environ.get("CLAWLOOP_HOME") or DEFAULT_HOME).expanduser().resolve()
+
+
+def warehouse_path() -> Path:
+    return clawloop_home() / "warehouse.duckdb"
+
+
+def rounds_dir() -> Path:
+    return clawloop_home() / "rounds"
+
+
+def round_dir(round_key: str) -> Path:
+    return rounds_dir() / round_key
+
+
+def model_cache_dir() -> Path:
+    # Overridable on its own so tests with a throwaway home share one converted model.
+    override = os.environ.get("CLAWLOOP_MODEL_CACHE")
+    return Path(override).expanduser().resolve() if override else clawloop_home() / "models"
+
+
+def dagster_home() -> Path:
+    return Path(os.environ.get("DAGSTER_HOME") or clawloop_home() / "dagster")

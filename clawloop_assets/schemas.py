@@ -1,0 +1,202 @@
+"""One pandera schema per warehouse table. Every row carries `round` and the
+ids of what it came from, so lineage is a join, not a search."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import pandera.polars as pa
+import polars as pl
+
+ROUND_KEY = r"^round-\d{4}$"
+ROLLOUT_PHASES = ["validation", "heldout_before", "heldout_after"]
+ROLLOUT_STATUSES = ["scored", "verifier_error", "sandbox_error"]
+ROOT_CAUSES = [
+    "misread_task",
+    "wrong_tool",
+    "edit_error",
+    "premature_termination",
+    "format_violation",
+    "computation_error",
+    "environment_error",
+]
+
+
+class _RoundTable(pa.DataFrameModel):
+    round: str = pa.Field(str_matches=ROUND_KEY)
+
+    class Config:
+        strict = True
+        coerce = True
+
+
+class Capabilities(_RoundTable):
+    capability_id: str
+    track: str = pa.Field(isin=["analysis", "terminal"])
+    description: str
+    skills: Annotated[pl.List, pl.Utf8()]
+
+
+class Domains(_RoundTable):
+    domain_id: str
+    entity: str
+    vocabulary: str  # the domain's catalog entry as JSON
+
+
+class SynthesisPlans(_RoundTable):
+    """The plan a round's synthesis follows: how many candidates per capability
+    at which difficulty, and why (which diagnosis moved it)."""
+
+    capability_id: str
+    difficulty: int = pa.Field(ge=0, le=5)
+    weight: float = pa.Field(ge=0)
+    candidates: int = pa.Field(ge=0)
+    source_round: Optional[str] = pa.Field(nullable=True)
+    reason: str
+
+
+class Generators(_RoundTable):
+    generator_id: str
+    capability_id: str
+    domain_id: str
+    difficulty: int = pa.Field(ge=0, le=5)
+    track: str
+    path: str
+
+
+class Tasks(_RoundTable):
+    task_id: str = pa.Field(unique=True)
+    generator_id: str
+    capability_id: str
+    domain_id: str
+    difficulty: int
+    track: str
+    seed: int
+    bundle_path: Optional[str] = pa.Field(nullable=True)
+    build_status: str = pa.Field(isin=["built", "failed"])
+    build_error: Optional[str] = pa.Field(nullable=True)
+    seconds: float
+
+
+class AgentFreeValidations(_RoundTable):
+    task_id: str = pa.Field(unique=True)
+    passed: bool
+    oracle_passed: bool
+    untouched_failed: bool
+    leak_free: bool
+    reason: Optional[str] = pa.Field(nullable=True)
+
+
+class Rollouts(_RoundTable):
+    rollout_id: str = pa.Field(unique=True)
+    task_id: str
+    phase: str = pa.Field(isin=ROLLOUT_PHASES)
+    checkpoint_id: str
+    sample_index: int = pa.Field(ge=0)
+    status: str = pa.Field(isin=ROLLOUT_STATUSES)
+    # None unless scored: an infrastructure failure is never a reward of 0.
+    reward: Optional[float] = pa.Field(nullable=True, isin=[0.0, 1.0])
+    error: Optional[str] = pa.Field(nullable=True)
+    turns: int = pa.Field(ge=0)
+    submitted: bool
+    commands: Annotated[pl.List, pl.Utf8()]
+    exit_codes: Annotated[pl.List, pl.Int64()]
+    last_output: str
+    verifier_checks: str  # JSON list of {name, passed, detail}
+    token_ids: Annotated[pl.List, pl.Int64()]
+    action_mask: Annotated[pl.List, pl.Int64()]
+    sampling_logprobs: Annotated[pl.List, pl.Float64()]
+    temperature: float
+    prompt_tokens: int
+    generated_tokens: int
+    model_seconds: float
+    sandbox_seconds: float
+
+
+class Admissions(_RoundTable):
+    task_id: str = pa.Field(unique=True)
+    pass_count: int = pa.Field(ge=0)
+    scored_rollouts: int = pa.Field(ge=0)
+    excluded_rollouts: int = pa.Field(ge=0)
+    admitted: bool
+    decision: str = pa.Field(isin=["admitted", "all_failed", "too_hard", "too_easy", "too_few_scored"])
+
+
+class TaskSplits(_RoundTable):
+    task_id: str = pa.Field(unique=True)
+    split: str = pa.Field(isin=["train", "heldout"])
+
+
+class TrainingRuns(_RoundTable):
+    run_id: str = pa.Field(unique=True)
+    job: str = pa.Field(isin=["sft", "grpo"])
+    base_checkpoint_id: str
+    output_checkpoint_id: Optional[str] = pa.Field(nullable=True)
+    examples: int = pa.Field(ge=0)
+    status: str = pa.Field(isin=["trained", "skipped"])
+    reason: Optional[str] = pa.Field(nullable=True)
+    metrics: str  # JSON reported by the job through Pipes
+    seconds: float
+
+
+class Checkpoints(_RoundTable):
+    checkpoint_id: str
+    kind: str = pa.Field(isin=["base", "sft", "policy"])
+    path: str
+    parent_checkpoint_id: Optional[str] = pa.Field(nullable=True)
+
+
+class FailureSummaries(_RoundTable):
+    summary_id: str = pa.Field(unique=True)
+    rollout_id: str
+    task_id: str
+    capability_id: str
+    failure_turn: int = pa.Field(ge=0)
+    failure_action: str
+    root_cause: str = pa.Field(isin=ROOT_CAUSES)
+    missing_capability: str
+    evidence: str  # JSON: the deterministic facts the classification rests on
+    produced_by: str
+
+
+class DiagnosisPatterns(_RoundTable):
+    pattern_id: str = pa.Field(unique=True)
+    capability_id: str
+    root_cause: str = pa.Field(isin=ROOT_CAUSES)
+    count: int = pa.Field(ge=1)
+    share: float = pa.Field(ge=0, le=1)
+    description: str
+    summary_ids: Annotated[pl.List, pl.Utf8()]
+    example_rollout_ids: Annotated[pl.List, pl.Utf8()]
+    task_ids: Annotated[pl.List, pl.Utf8()]
+
+
+class RoundSummaries(_RoundTable):
+    summary: str  # the summary.json document
+
+
+class CostLedger(_RoundTable):
+    phase: str
+    wall_seconds: float = pa.Field(ge=0)
+    cpu_seconds: float = pa.Field(ge=0)
+    rollouts: int = pa.Field(ge=0)
+    tokens: int = pa.Field(ge=0)
+
+
+TABLES: dict[str, type[_RoundTable]] = {
+    "capabilities": Capabilities,
+    "domains": Domains,
+    "synthesis_plans": SynthesisPlans,
+    "generators": Generators,
+    "tasks": Tasks,
+    "agent_free_validations": AgentFreeValidations,
+    "rollouts": Rollouts,
+    "admissions": Admissions,
+    "task_splits": TaskSplits,
+    "training_runs": TrainingRuns,
+    "checkpoints": Checkpoints,
+    "failure_summaries": FailureSummaries,
+    "diagnosis_patterns": DiagnosisPatterns,
+    "round_summaries": RoundSummaries,
+    "cost_ledger": CostLedger,
+}

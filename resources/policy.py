@@ -1,0 +1,68 @@
+"""The policy model: the agent being trained. An interface, so the embedded
+transformers model and a vLLM / OpenAI-compatible server are interchangeable."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import dagster as dg
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_new_tokens: int = 64
+    temperature: float = 0.7
+    # Generation of a sample ends once its decoded text contains one of these.
+    stop: tuple[str, ...] = ("```",)
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Completion:
+    token_ids: list[int]  # sampled tokens, including the stop sequence when one was hit
+    # log p(token) under the sampling distribution, softmax(logits / temperature),
+    # one per sampled token: what GRPO's importance ratio is taken against.
+    logprobs: list[float]
+    text: str
+    finish_reason: str  # "stop" | "length"
+
+
+class PolicySession(ABC):
+    """One loaded checkpoint, ready to sample. Token ids in, token ids out, so
+    the trainer never re-tokenizes what was sampled."""
+
+    @abstractmethod
+    def encode(self, text: str) -> list[int]: ...
+
+    @abstractmethod
+    def decode(self, token_ids: Sequence[int]) -> str: ...
+
+    @abstractmethod
+    def chat_text(self, messages: list[dict[str, str]], *, add_generation_prompt: bool) -> str:
+        """A chat rendered as text with the model's own template."""
+
+    def chat_tokens(self, messages: list[dict[str, str]], *, add_generation_prompt: bool) -> list[int]:
+        """Token ids of a chat rendered with the model's own template."""
+        return self.encode(self.chat_text(messages, add_generation_prompt=add_generation_prompt))
+
+    @abstractmethod
+    def sample(self, prompts: Sequence[Sequence[int]], n: int, params: SamplingParams) -> list[list[Completion]]:
+        """`n` samples for each prompt, batched across prompts and samples."""
+
+    def close(self) -> None:
+        """Free the weights."""
+
+
+class PolicyModel(dg.ConfigurableResource, ABC):
+    """Where policy weights come from and how a checkpoint becomes a session."""
+
+    @abstractmethod
+    def base_checkpoint(self) -> Path:
+        """Directory of the verified base checkpoint that round 1 starts from."""
+
+    @abstractmethod
+    def load(self, checkpoint_dir: Path) -> PolicySession:
+        """Load a verified checkpoint (see clawloop_assets.checkpoints)."""

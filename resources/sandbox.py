@@ -1,0 +1,258 @@
+"""Sandboxes for untrusted code: agent commands, model-written generators and
+verifiers all run here and nowhere else."""
+
+from __future__ import annotations
+
+import os
+import resource
+import select
+import shutil
+import signal
+import subprocess
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import dagster as dg
+
+SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A host directory made visible inside the sandbox at `target`."""
+
+    host: Path
+    target: str
+    writable: bool = False
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    wall_seconds: float = 20.0
+    cpu_seconds: int = 20
+    memory_bytes: int = 1 << 30
+    file_size_bytes: int = 64 << 20
+    max_processes: int = 64
+    output_bytes: int = 16 << 10  # head and tail halves are kept beyond this
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    exit_code: int | None  # None when the wall timeout killed it
+    output: str  # stdout and stderr interleaved, capped
+    truncated: bool
+    timed_out: bool
+    seconds: float
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself failed, as opposed to the command inside it."""
+
+
+class SandboxUnavailable(SandboxError):
+    """The sandbox backend is not installed or cannot start here."""
+
+
+class Sandbox(dg.ConfigurableResource, ABC):
+    """Runs one command in a fresh, isolated process tree."""
+
+    @abstractmethod
+    def run(
+        self,
+        argv: Sequence[str],
+        mounts: Sequence[Mount],
+        *,
+        cwd: str = "/workspace",
+        limits: SandboxLimits | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> CommandResult: ...
+
+
+class BubblewrapSandbox(Sandbox):
+    """bubblewrap: pid, net, ipc, uts and mount namespaces, read-only system,
+    only the given mounts writable, rlimits, and an unprivileged uid.
+
+    Run unprivileged, bwrap also creates a user namespace. Run as root, the
+    user namespace would map the sandbox onto host root (where RLIMIT_NPROC is
+    not enforced), so bwrap sets up the mounts as root and `setpriv` drops the
+    command to `sandbox_uid` with every capability cleared before it starts.
+    """
+
+    sandbox_uid: int = 65534
+    sandbox_gid: int = 65534
+
+    def _bwrap(self) -> str:
+        path = shutil.which("bwrap")
+        if path is None:
+            raise SandboxUnavailable(
+                "bubblewrap (bwrap) is not installed: run `make setup`, which installs it, "
+                "or `apt-get install bubblewrap`"
+            )
+        return path
+
+    def _as_root(self) -> bool:
+        return os.geteuid() == 0
+
+    def _own_writable(self, mounts: Sequence[Mount]) -> None:
+        # The dropped uid must be able to write its workspace. lchown: never
+        # follow a link the previous command may have planted.
+        if not self._as_root():
+            return
+        for mount in mounts:
+            if not mount.writable:
+                continue
+            os.lchown(mount.host, self.sandbox_uid, self.sandbox_gid)
+            for root, dirs, files in os.walk(mount.host, followlinks=False):
+                for name in dirs + files:
+                    os.lchown(os.path.join(root, name), self.sandbox_uid, self.sandbox_gid)
+
+    def command_line(self, argv: Sequence[str], mounts: Sequence[Mount], cwd: str, env: Mapping[str, str]) -> list[str]:
+        args = [
+            self._bwrap(),
+            "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--hostname", "sandbox",
+            "--die-with-parent", "--new-session",
+            "--ro-bind", "/usr", "/usr",
+            "--ro-bind", "/etc", "/etc",
+            "--symlink", "usr/bin", "/bin",
+            "--symlink", "usr/sbin", "/sbin",
+            "--symlink", "usr/lib", "/lib",
+            "--symlink", "usr/lib64", "/lib64",
+            "--dev", "/dev",
+            "--proc", "/proc",
+            "--tmpfs", "/tmp",
+            "--clearenv",
+            "--setenv", "PATH", SANDBOX_PATH,
+            "--setenv", "HOME", "/tmp",
+            "--setenv", "LANG", "C.UTF-8",
+        ]
+        for key, value in env.items():
+            args += ["--setenv", key, value]
+        for mount in mounts:
+            if not Path(mount.host).exists():
+                raise SandboxError(f"mount source {mount.host} does not exist")
+            args += ["--bind" if mount.writable else "--ro-bind", str(mount.host), mount.target]
+        args += ["--chdir", cwd]
+        if self._as_root():
+            args += [
+                "setpriv", f"--reuid={self.sandbox_uid}", f"--regid={self.sandbox_gid}", "--clear-groups",
+                "--inh-caps=-all", "--bounding-set=-all", "--",
+            ]
+        else:
+            args += ["--unshare-user", "--uid", "1000", "--gid", "1000"]
+        return args + list(argv)
+
+    def run(
+        self,
+        argv: Sequence[str],
+        mounts: Sequence[Mount],
+        *,
+        cwd: str = "/workspace",
+        limits: SandboxLimits | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> CommandResult:
+        limits = limits or SandboxLimits()
+        args = self.command_line(argv, mounts, cwd, env or {})
+        self._own_writable(mounts)
+
+        def apply_limits() -> None:
+            resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds))
+            resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes))
+            resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_processes, limits.max_processes))
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+        started = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # one process group to kill on timeout
+                preexec_fn=apply_limits,
+                close_fds=True,
+            )
+        except OSError as exc:
+            raise SandboxError(f"could not start bubblewrap: {exc}") from exc
+        capture = _CappedOutput(limits.output_bytes)
+        timed_out = False
+        deadline = started + limits.wall_seconds
+        fd = proc.stdout.fileno()
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    timed_out = True
+                    break
+                ready, _, _ = select.select([fd], [], [], min(remaining, 0.5))
+                if ready:
+                    chunk = os.read(fd, 65536)
+                    if not chunk:
+                        break
+                    capture.add(chunk)
+        finally:
+            if timed_out or proc.poll() is None:
+                _kill_group(proc)
+            proc.stdout.close()
+        exit_code = proc.wait()
+        seconds = time.monotonic() - started
+        output = capture.text()
+        if not timed_out and exit_code != 0 and output.startswith("bwrap:"):
+            # bwrap's own failure (bad mount, no namespaces): not the command's.
+            raise SandboxError(f"bubblewrap failed to start the sandbox: {output.strip()}")
+        return CommandResult(
+            exit_code=None if timed_out else exit_code,
+            output=output,
+            truncated=capture.truncated,
+            timed_out=timed_out,
+            seconds=seconds,
+        )
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    # bwrap runs with --die-with-parent and is pid 1 of its namespace: killing
+    # the group kills everything the command started.
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+class _CappedOutput:
+    """Keeps the first and last `cap // 2` bytes, so memory stays bounded
+    however much a command prints."""
+
+    def __init__(self, cap: int) -> None:
+        self.half = max(cap // 2, 1)
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.half - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > self.half:
+                del self.tail[: len(self.tail) - self.half]
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self.head) + len(self.tail)
+
+    def text(self) -> str:
+        if not self.truncated:
+            return (self.head + self.tail).decode("utf-8", "replace")
+        dropped = self.total - len(self.head) - len(self.tail)
+        return (
+            self.head.decode("utf-8", "replace")
+            + f"\n[... {dropped} bytes of output omitted ...]\n"
+            + self.tail.decode("utf-8", "replace")
+        )
