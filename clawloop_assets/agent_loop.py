@@ -38,7 +38,9 @@ WORKED_EXAMPLES: list[dict[str, str]] = [
     {"role": "user", "content": "Append the word done to status.txt."},
     {"role": "assistant", "content": "```bash\necho done >> status.txt\n```"},
 ]
-OBSERVATION_CHARS = 1200  # head and tail of a command's output shown to the agent
+OBSERVATION_CHARS = 1200
+# Sequences per call to the policy: one batch, and one progress line per call.
+SEQUENCES_PER_CALL = 64  # head and tail of a command's output shown to the agent
 
 
 @dataclass(frozen=True)
@@ -136,11 +138,13 @@ def run_rollouts(
             break
         progress(f"turn {turn + 1}/{settings.max_turns}: sampling {len(active)} rollouts")
         if turn == 0:
-            _first_turn(session, tasks, rollouts, samples_per_task, settings, seed)
+            _first_turn(session, tasks, rollouts, samples_per_task, settings, seed, progress)
         else:
-            _next_turn(session, active, settings, seed + turn)
+            _next_turn(session, active, settings, seed + 7919 * turn, progress)
         for rollout in active:
-            _act(rollout, sandbox, settings, is_last_turn=turn == settings.max_turns - 1, session=session)
+            # The bundle's own turn limit holds when it is tighter than the configured one.
+            last = min(settings.max_turns, rollout.task.max_turns) - 1
+            _act(rollout, sandbox, settings, is_last_turn=turn >= last, session=session)
 
     progress(f"verifying {len(rollouts)} rollouts")
     for rollout in rollouts:
@@ -148,35 +152,42 @@ def run_rollouts(
     return rollouts
 
 
-def _first_turn(session, tasks, rollouts, n, settings, seed) -> None:
+def _first_turn(session, tasks, rollouts, n, settings, seed, progress) -> None:
     # All samples of a task share the first prompt: one prefill, n samples.
-    prompts = []
-    for task in tasks:
-        messages = initial_messages(task)
-        prompts.append(session.chat_tokens(messages, add_generation_prompt=True) + session.encode(FENCE_OPEN))
-    started = time.monotonic()
-    completions = session.sample(prompts, n, settings.sampling(seed))
-    elapsed = time.monotonic() - started
-    for task_index, task in enumerate(tasks):
-        for index in range(n):
-            rollout = rollouts[task_index * n + index]
-            rollout.messages = initial_messages(task)
-            rollout.extend(prompts[task_index], sampled=False)
-            rollout.prompt_tokens = len(prompts[task_index])
-            rollout.model_seconds += elapsed / len(rollouts)
-            _record_reply(session, rollout, completions[task_index][index])
+    per_chunk = max(1, SEQUENCES_PER_CALL // n)
+    for start in range(0, len(tasks), per_chunk):
+        chunk = tasks[start : start + per_chunk]
+        prompts = [
+            session.chat_tokens(initial_messages(task), add_generation_prompt=True) + session.encode(FENCE_OPEN)
+            for task in chunk
+        ]
+        started = time.monotonic()
+        completions = session.sample(prompts, n, settings.sampling(seed + start))
+        elapsed = time.monotonic() - started
+        for offset, task in enumerate(chunk):
+            for index in range(n):
+                rollout = rollouts[(start + offset) * n + index]
+                rollout.messages = initial_messages(task)
+                rollout.extend(prompts[offset], sampled=False)
+                rollout.prompt_tokens = len(prompts[offset])
+                rollout.model_seconds += elapsed / (len(chunk) * n)
+                _record_reply(rollout, completions[offset][index])
+        progress(f"sampled {min(start + per_chunk, len(tasks))}/{len(tasks)} tasks x {n} in {elapsed:.1f}s")
 
 
-def _next_turn(session, active: list[Rollout], settings, seed) -> None:
-    started = time.monotonic()
-    completions = session.sample([r.token_ids for r in active], 1, settings.sampling(seed))
-    elapsed = time.monotonic() - started
-    for rollout, samples in zip(active, completions):
-        rollout.model_seconds += elapsed / len(active)
-        _record_reply(session, rollout, samples[0])
+def _next_turn(session, active: list[Rollout], settings, seed, progress) -> None:
+    for start in range(0, len(active), SEQUENCES_PER_CALL):
+        chunk = active[start : start + SEQUENCES_PER_CALL]
+        started = time.monotonic()
+        completions = session.sample([r.token_ids for r in chunk], 1, settings.sampling(seed + start))
+        elapsed = time.monotonic() - started
+        for rollout, samples in zip(chunk, completions):
+            rollout.model_seconds += elapsed / len(chunk)
+            _record_reply(rollout, samples[0])
+        progress(f"sampled {min(start + SEQUENCES_PER_CALL, len(active))}/{len(active)} rollouts in {elapsed:.1f}s")
 
 
-def _record_reply(session, rollout: Rollout, completion) -> None:
+def _record_reply(rollout: Rollout, completion) -> None:
     rollout.extend(completion.token_ids, sampled=True, logprobs=completion.logprobs)
     rollout.generated_tokens += len(completion.token_ids)
     rollout.messages.append({"role": "assistant", "content": FENCE_OPEN + completion.text})

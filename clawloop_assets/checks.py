@@ -1,6 +1,7 @@
-"""Gate checks: blocking, so a round stops at the gate that failed, saying why."""
+"""Gate checks: blocking, so a round stops at the gate that failed, saying why.
+Partitioned checks are a Dagster preview feature; a round's gates need them."""
 
-from __future__ import annotations
+import warnings
 
 import dagster as dg
 import polars as pl
@@ -11,6 +12,8 @@ from clawloop_assets.checkpoints import CheckpointError, verify_checkpoint
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.partitions import round_partitions
 from resources.warehouse import Warehouse
+
+warnings.filterwarnings("ignore", category=dg.PreviewWarning, message=".*partitions_def on an AssetCheckSpec.*")
 
 
 @dg.asset_check(asset=agent_free_validation, blocking=True, partitions_def=round_partitions)

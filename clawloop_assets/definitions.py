@@ -9,7 +9,6 @@ import dagster as dg
 from clawloop_assets.assets import diagnosis, synthesis, training, validation
 from clawloop_assets import checks
 from clawloop_assets.loop_config import LoopConfig
-from clawloop_assets.partitions import round_partitions
 from resources.embedded_policy import EmbeddedPolicyModel
 from resources.sandbox import BubblewrapSandbox
 from resources.training_launcher import SubprocessTrainingLauncher
@@ -21,7 +20,6 @@ gate_checks = dg.load_asset_checks_from_modules([checks])
 round_job = dg.define_asset_job(
     "round_job",
     selection=dg.AssetSelection.all(),
-    partitions_def=round_partitions,
     description="One whole round of the loop: synthesize, validate, admit, train, diagnose.",
 )
 

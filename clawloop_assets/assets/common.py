@@ -1,7 +1,6 @@
 """Helpers shared by the round's assets: recording a phase's cost, and
 rendering tables for the UI."""
 
-from __future__ import annotations
 
 from typing import Mapping, Sequence
 

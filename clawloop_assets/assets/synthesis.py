@@ -1,6 +1,5 @@
 """Phase 1a: catalogs, the synthesis plan, generators and candidate tasks."""
 
-from __future__ import annotations
 
 import json
 import shutil
@@ -14,7 +13,7 @@ from clawloop_assets.cost import measure
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.partitions import previous_round, round_number, round_partitions
 from clawloop_assets.round_state import MissingUpstreamError, require_rows, workdir
-from clawloop_assets.synthesis import GeneratorSpec, build_candidate, write_generator
+from clawloop_assets.synthesis import GeneratorSpec, build_candidate, generator_spec, write_generator
 from resources.sandbox import Sandbox
 from resources.warehouse import Warehouse, table_frame
 
@@ -111,12 +110,7 @@ def candidate_assignments(warehouse: Warehouse, round_key: str) -> list[tuple[Ge
         capability = capabilities[entry["capability_id"]]
         for j in range(entry["candidates"]):
             domain = domains[(number * 5 + j) % len(domains)]
-            spec = GeneratorSpec(
-                generator_id=f"{capability.id}.{domain.id}.L{entry['difficulty']}",
-                capability=capability.id, domain=domain.id, difficulty=entry["difficulty"],
-                track=capability.track, params={**domain.as_params(), "difficulty": entry["difficulty"]},
-            )
-            assignments.append((spec, number * 1000 + j))
+            assignments.append((generator_spec(capability, domain, entry["difficulty"]), number * 1000 + j))
     return assignments
 
 

@@ -1,11 +1,11 @@
 """Phase 2: SFT on the successes of T_k, then GRPO on its recorded groups,
 each a Pipes job launched by the training-launcher resource."""
 
-from __future__ import annotations
 
 import json
 
 import dagster as dg
+import polars as pl
 
 from clawloop_assets.assets.common import record_cost
 from clawloop_assets.assets.validation import task_splits
@@ -44,6 +44,8 @@ def _train(context, warehouse, launcher, loop, job, frame, start: PolicyRef, ref
     reason = f"training_mode={loop.training_mode}" if mode_skips else None
     if reason is None and frame.is_empty():
         reason = "no successful trajectories in T_k" if job == "sft" else "no scored groups in T_k"
+    if reason is None and job == "grpo" and frame.group_by("group_id").agg(pl.col("reward").n_unique() > 1)["reward"].sum() == 0:
+        reason = "every group of T_k has zero reward variance (no GRPO signal)"
     with measure(job) as cost:
         if reason:
             output, metrics, examples = start.path, {}, 0
@@ -71,9 +73,10 @@ def _train(context, warehouse, launcher, loop, job, frame, start: PolicyRef, ref
     record_cost(warehouse, key, cost)
     scalar = {k: v for k, v in metrics.items() if isinstance(v, (int, float, str, bool))}
     return dg.MaterializeResult(metadata={
+        **{f"job_{k}": v for k, v in scalar.items()},
         "checkpoint_id": output_id, "parent_checkpoint_id": start.checkpoint_id, "path": dg.MetadataValue.path(str(output)),
         "status": "skipped: " + reason if reason else "trained", "examples": examples,
-        "seconds": round(cost.wall_seconds, 2), **scalar,
+        "seconds": round(cost.wall_seconds, 2),
     })
 
 

@@ -1,0 +1,352 @@
+#!/usr/bin/env python3
+"""Generator family `grouped_statistics` (analysis track).
+
+build(seed, params) -> task: a record file of the domain, an instruction, the
+answer contract, the answer key computed from the generated rows, and an
+oracle solution. Self-contained and stdlib-only: it runs in the sandbox as
+`python3 -I /generator/grouped_statistics.py --params P --seed N --out /out`.
+
+Levels: 0 = one explicit shell step; 1 = count or maximum per group into a
+CSV; 2 = medians per group with filters, tiers at thresholds, half-up
+rounding on output, empty groups omitted, CSV or JSON deliverable.
+"""
+
+import argparse
+import json
+import os
+import random
+from decimal import ROUND_HALF_UP, Decimal
+
+TIERS = ["low", "medium", "high"]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--params", required=True)
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    with open(args.params, encoding="utf-8") as handle:
+        params = json.load(handle)
+    write_task(args.out, build(args.seed, params))
+
+
+# ---- shared by every family (copied: generators run alone, with no imports)
+
+def dump_json(value):
+    return json.dumps(value, indent=2, sort_keys=True) + "\n"
+
+
+def decimal_text(cents):
+    return str(Decimal(cents).scaleb(-2))
+
+
+def render_contract(contract):
+    deliverable = contract["deliverable"]
+    lines = ["# Answer contract", "", "Deliverable: `%s` (%s)." % (deliverable["path"], deliverable["schema"]), "", "Rules:"]
+    lines += ["- " + rule for rule in contract["rules"]]
+    return "\n".join(lines) + "\n"
+
+
+def write_task(out, task):
+    files = {
+        "instruction.md": task["instruction"],
+        "solution/solve.sh": task["solution"],
+        "answer/answer.json": dump_json(task["answer"]),
+        "meta.json": dump_json(task["meta"]),
+    }
+    for rel, text in task["environment"].items():
+        files["environment/" + rel] = text
+    for rel in sorted(files):
+        path = os.path.join(out, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(files[rel])
+
+
+def assemble(params, instruction, environment, contract, checks, key, solution, fmt):
+    environment = dict(environment)
+    environment["CONTRACT.md"] = render_contract(contract)
+    return {
+        "instruction": instruction.strip() + "\n",
+        "environment": environment,
+        "solution": "#!/bin/bash\nset -euo pipefail\n" + solution.strip() + "\n",
+        "answer": {"key": key, "checks": checks},
+        "meta": {"track": params["track"], "format": fmt, "contract": contract},
+    }
+
+
+def new_rng(params, seed):
+    # A string seed is hashed with SHA-512: stable across runs and machines.
+    return random.Random("%s|%s|L%d|%d" % (params["capability"], params["domain"]["id"], params["difficulty"], seed))
+
+
+def record_ids(rng, domain, count):
+    return ["%s-%04d" % (domain["id_prefix"], n) for n in sorted(rng.sample(range(1, 10000), count))]
+
+
+# ---- the family
+
+def cents_range(domain):
+    low, high = domain["numeric_range"]
+    return int(round(low * 100)), int(round(high * 100))
+
+
+def csv_text(header, rows):
+    return "\n".join([",".join(header)] + [",".join(str(v) for v in row) for row in rows]) + "\n"
+
+
+def simple_rows(rng, domain, per_group):
+    """Rows (id, group, value-text) for the given count per group, shuffled."""
+    lo, hi = cents_range(domain)
+    groups = [g for g, n in per_group.items() for _ in range(n)]
+    ids = record_ids(rng, domain, len(groups))
+    rng.shuffle(groups)
+    return [(ids[i], groups[i], decimal_text(rng.randint(lo, hi))) for i in range(len(groups))]
+
+
+def level0(rng, seed, params):
+    d = params["domain"]
+    data = d["record_file"] + ".csv"
+    header = [d["id_field"], d["group_field"], d["numeric_field"]]
+    variant = seed % 4
+    if variant == 0:
+        # Counts stay at 10 or more: the leakage audit ignores one-digit numbers.
+        per_group = {g: rng.randint(2, 6) for g in rng.sample(d["group_values"], 4)}
+        rows = simple_rows(rng, d, per_group)
+        instruction = "Write the number of data rows in %s (not counting the header line) to answer.txt." % data
+        contract_schema, out, value = "a single integer", "answer.txt", len(rows)
+        check = {"type": "number", "name": "row count", "path": out, "expected": value, "tolerance": 0}
+        solution = "tail -n +2 %s | wc -l > answer.txt" % data
+        environment = {data: csv_text(header, rows)}
+    elif variant == 1:
+        notes = d["record_file"] + "_notes.txt"
+        ids = record_ids(rng, d, rng.randint(10, 24))
+        text = "".join("%s %s checked at %s %s\n" % (d["entity"], i, d["group_field"], rng.choice(d["group_values"])) for i in ids)
+        instruction = "Write the number of lines in %s to answer.txt." % notes
+        contract_schema, out, value = "a single integer", "answer.txt", len(ids)
+        check = {"type": "number", "name": "line count", "path": out, "expected": value, "tolerance": 0}
+        solution = "wc -l < %s > answer.txt" % notes
+        environment = {notes: text}
+    elif variant == 2:
+        target, *others = rng.sample(d["group_values"], 4)
+        per_group = {target: rng.randint(10, 14)}
+        per_group.update({g: rng.randint(2, 6) for g in others})
+        rows = simple_rows(rng, d, per_group)
+        out = target + "_count.txt"
+        instruction = "Write the number of lines of %s that contain the word %s to %s." % (data, target, out)
+        contract_schema, value = "a single integer", per_group[target]
+        check = {"type": "number", "name": "matching line count", "path": out, "expected": value, "tolerance": 0}
+        solution = "grep -c %s %s > %s" % (target, data, out)
+        environment = {data: csv_text(header, rows)}
+    else:
+        per_group = {g: rng.randint(2, 5) for g in rng.sample(d["group_values"], 3)}
+        rows = simple_rows(rng, d, per_group)
+        out = "header.txt"
+        instruction = "Write the first line of %s (its header line) to header.txt." % data
+        contract_schema, value = "one line of text", ",".join(header)
+        check = {"type": "text", "name": "header line", "path": out, "expected": value}
+        solution = "head -n 1 %s > header.txt" % data
+        environment = {data: csv_text(header, rows)}
+    contract = {
+        "deliverable": {"path": out, "format": check["type"], "schema": contract_schema},
+        "rules": ["Surrounding whitespace in %s is ignored; write nothing else into it." % out],
+        "parameters": {},
+        "labels": [],
+    }
+    return assemble(params, instruction, environment, contract, [check], {out: value}, solution, check["type"])
+
+
+def level1(rng, seed, params):
+    d = params["domain"]
+    data = d["record_file"] + ".csv"
+    gf, nf = d["group_field"], d["numeric_field"]
+    per_group = {g: rng.randint(2, 7) for g in rng.sample(d["group_values"], rng.randint(3, 5))}
+    rows = simple_rows(rng, d, per_group)
+    if seed % 2 == 0:
+        column, out = "count", gf + "_counts.csv"
+        expected = [{gf: g, column: n} for g, n in sorted(per_group.items())]
+        what = "how many rows of %s have that %s" % (data, gf)
+        solution = "{ echo '%s,%s'; tail -n +2 %s | cut -d, -f2 | sort | uniq -c | awk '{print $2 \",\" $1}'; } > %s" % (
+            gf, column, data, out)
+        tolerance = 0
+    else:
+        column, out = "max_" + nf, gf + "_maximum.csv"
+        best = {}
+        for _, g, v in rows:
+            if g not in best or Decimal(v) > Decimal(best[g]):
+                best[g] = v
+        expected = [{gf: g, column: float(best[g])} for g in sorted(best)]
+        what = "the largest %s among the rows with that %s" % (nf, gf)
+        solution = (
+            "{ echo '%s,%s'; tail -n +2 %s | awk -F, '{ if (!($2 in m) || $3 + 0 > m[$2] + 0) m[$2] = $3 }"
+            " END { for (g in m) print g \",\" m[g] }'; } > %s" % (gf, column, data, out)
+        )
+        tolerance = 0.001
+    instruction = (
+        "%s has one row per %s with columns %s, %s and %s. Write %s with the header line `%s,%s` and one row per %s "
+        "value that appears in %s, giving %s." % (data, d["entity"], d["id_field"], gf, nf, out, gf, column, gf, data, what)
+    )
+    check = {
+        "type": "csv_records", "name": "%s per %s" % (column, gf), "path": out, "key": [gf],
+        "columns": {gf: {"kind": "text"}, column: {"kind": "number", "tolerance": tolerance}},
+        "expected": expected,
+    }
+    contract = {
+        "deliverable": {"path": out, "format": "csv", "schema": "CSV with header `%s,%s`, one row per %s" % (gf, column, gf)},
+        "rules": [
+            "Only %s values that occur in %s get a row." % (gf, data),
+            "Rows may be in any order; numbers are compared with an absolute tolerance of %s." % (tolerance or "0 (exact)"),
+        ],
+        "parameters": {"tolerance": tolerance},
+        "labels": [],
+    }
+    return assemble(params, instruction, {data: csv_text([d["id_field"], gf, nf], rows)}, contract, [check],
+                    {out: expected}, solution, "csv")
+
+
+def odd_group(rng, lo, hi, median, k):
+    return [rng.randint(lo, median - 1) for _ in range(k)] + [median] + [rng.randint(median + 1, hi) for _ in range(k)]
+
+
+def median_of(values):
+    values = sorted(values)
+    n = len(values)
+    if n % 2:
+        return values[n // 2]
+    return (values[n // 2 - 1] + values[n // 2]) / 2
+
+
+def level2(rng, seed, params):
+    d = params["domain"]
+    data = d["record_file"] + ".csv"
+    gf, nf = d["group_field"], d["numeric_field"]
+    lo, hi = cents_range(d)
+    span = hi - lo
+    # Thresholds carry one decimal, so they are multiples of ten cents.
+    t1 = int(round((lo + span / 3) / 10)) * 10
+    t2 = int(round((lo + 2 * span / 3) / 10)) * 10
+    on_group, below_group, half_group, plain_group, empty_group = rng.sample(d["group_values"], 5)
+    on_threshold, other_threshold = rng.sample([t1, t2], 2)
+    counted = {
+        # a median exactly on a threshold: goes to the higher tier
+        on_group: odd_group(rng, lo, hi, on_threshold, rng.randint(2, 3)),
+        # a median just under a threshold that rounds up onto it: tier from the unrounded value
+        below_group: odd_group(rng, lo, hi, other_threshold - 3, rng.randint(2, 3)),
+        plain_group: [rng.randint(lo, hi) for _ in range(rng.randint(4, 7))],
+    }
+    # an even count whose median ends in 5 at the second decimal: half-up rounding
+    middle = rng.randrange(t1 + 15, t2 - 15, 10)
+    gap = rng.randint(1, 4)
+    k = rng.randint(1, 3)
+    counted[half_group] = (
+        [rng.randint(lo, middle - gap - 1) for _ in range(k)] + [middle - gap, middle + gap]
+        + [rng.randint(middle + gap + 1, hi) for _ in range(k)]
+    )
+    rows = [(g, "valid", decimal_text(v)) for g, values in counted.items() for v in values]
+    for g in [on_group, below_group, half_group, plain_group]:
+        for _ in range(rng.randint(1, 2)):
+            # Ignored rows sit at one extreme, so counting them would move the median.
+            extreme = decimal_text(rng.choice([rng.randint(lo, lo + span // 10), rng.randint(hi - span // 10, hi)]))
+            rows.append(rng.choice([(g, "void", extreme), (g, "valid", "")]))
+    rows += [(empty_group, rng.choice(["void", "void", "valid"]), "") for _ in range(rng.randint(2, 3))]
+    rng.shuffle(rows)
+    ids = record_ids(rng, d, len(rows))
+    table = [(ids[i],) + rows[i] for i in range(len(rows))]
+
+    fmt = "csv" if seed % 2 == 0 else "json"
+    out = "%s_tiers.%s" % (gf, fmt)
+    median_col = "median_" + nf
+    expected = []
+    for g in sorted(counted):
+        m = median_of([Decimal(v) for v in counted[g]]) / 100
+        tier = "low" if m < Decimal(t1) / 100 else ("medium" if m < Decimal(t2) / 100 else "high")
+        shown = m.quantize(Decimal("0.1"), rounding=ROUND_HALF_UP)
+        expected.append({gf: g, "records": len(counted[g]), median_col: float(shown), "tier": tier})
+    t1_text, t2_text = str(Decimal(t1).scaleb(-2).quantize(Decimal("0.1"))), str(Decimal(t2).scaleb(-2).quantize(Decimal("0.1")))
+    columns = [gf, "records", median_col, "tier"]
+    if fmt == "csv":
+        schema = "CSV with header `%s`, one row per %s" % (",".join(columns), gf)
+    else:
+        schema = "a JSON array with one object per %s, keys %s" % (gf, ", ".join("`%s`" % c for c in columns))
+    contract = {
+        "deliverable": {"path": out, "format": fmt, "schema": schema, "columns": columns},
+        "rules": [
+            "Only rows with status `valid` and a non-empty `%s` are counted; every other row is ignored." % nf,
+            "`records` is the number of counted rows of the %s." % gf,
+            "The median of an even number of values is the mean of the two middle values.",
+            "The tier comes from the unrounded median: `low` below %s, `medium` from %s up to but not including %s, "
+            "`high` at %s or above. A median exactly on a threshold goes to the higher tier." % (t1_text, t1_text, t2_text, t2_text),
+            "Round the median only on output, to one decimal place, halves rounded away from zero.",
+            "Any %s with no counted rows is omitted." % gf,
+            "Rows may be in any order; numbers are compared with an absolute tolerance of 0.001.",
+        ],
+        "parameters": {"lower_threshold": float(t1_text), "upper_threshold": float(t2_text), "tolerance": 0.001},
+        "labels": list(TIERS),
+    }
+    instruction = (
+        "%s lists %s with their %s, a status and the %s (%s, column %s). Summarize the median %s per %s and give "
+        "each %s a tier, following the rules in CONTRACT.md exactly. Write the result to %s."
+        % (data, d["entity_plural"], gf, d["numeric_label"], d["unit"], nf, d["numeric_label"], gf, gf, out)
+    )
+    check_type = "csv_records" if fmt == "csv" else "json_records"
+    check = {
+        "type": check_type, "name": "tiers per %s" % gf, "path": out, "key": [gf],
+        "columns": {
+            gf: {"kind": "text"}, "records": {"kind": "number", "tolerance": 0},
+            median_col: {"kind": "number", "tolerance": 0.001}, "tier": {"kind": "text"},
+        },
+        "expected": expected,
+    }
+    writer = (
+        "with open(OUT, 'w', newline='') as f:\n"
+        "    w = csv.writer(f, lineterminator='\\n')\n"
+        "    w.writerow(COLUMNS)\n"
+        "    for r in result:\n"
+        "        w.writerow([r[c] for c in COLUMNS])\n"
+        if fmt == "csv" else
+        "with open(OUT, 'w') as f:\n"
+        "    json.dump([{c: (float(r[c]) if c == COLUMNS[2] else r[c]) for c in COLUMNS} for r in result], f, indent=2)\n"
+    )
+    solution = (
+        "python3 - <<'PY'\n"
+        "import csv, json\n"
+        "from decimal import Decimal, ROUND_HALF_UP\n"
+        "DATA, OUT = %r, %r\n"
+        "GROUP, VALUE = %r, %r\n"
+        "T1, T2 = Decimal(%r), Decimal(%r)\n"
+        "COLUMNS = %r\n"
+        "groups = {}\n"
+        "with open(DATA, newline='') as f:\n"
+        "    for row in csv.DictReader(f):\n"
+        "        if row['status'].strip() != 'valid' or not row[VALUE].strip():\n"
+        "            continue\n"
+        "        groups.setdefault(row[GROUP], []).append(Decimal(row[VALUE]))\n"
+        "result = []\n"
+        "for g in sorted(groups):\n"
+        "    v = sorted(groups[g])\n"
+        "    n = len(v)\n"
+        "    m = v[n // 2] if n %% 2 else (v[n // 2 - 1] + v[n // 2]) / 2\n"
+        "    tier = 'low' if m < T1 else ('medium' if m < T2 else 'high')\n"
+        "    result.append({GROUP: g, 'records': n, COLUMNS[2]: m.quantize(Decimal('0.1'), ROUND_HALF_UP), 'tier': tier})\n"
+        "%s"
+        "PY\n" % (data, out, gf, nf, t1_text, t2_text, columns, writer)
+    )
+    environment = {data: csv_text([d["id_field"], gf, "status", nf], table)}
+    return assemble(params, instruction, environment, contract, [check], {out: expected}, solution, fmt)
+
+
+def build(seed, params):
+    rng = new_rng(params, seed)
+    level = params["difficulty"]
+    if level == 0:
+        return level0(rng, seed, params)
+    if level == 1:
+        return level1(rng, seed, params)
+    if level == 2:
+        return level2(rng, seed, params)
+    raise ValueError("difficulty must be 0, 1 or 2, got %r" % (level,))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,177 @@
+"""Task synthesis: a generator is a program on disk (a family script plus its
+params.json); running it in the sandbox with a seed yields one candidate
+task bundle, or a recorded failure with its reason.
+
+The answer key is computed by the generator from the data it generated; the
+host never trusts the generator's output beyond what `load_task_bundle`
+validates.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from clawloop_assets.catalogs import GENERATORS_DIR, Capability, Domain
+from clawloop_assets.task_bundle import TaskBundleError, load_task_bundle, write_task_toml
+from resources.sandbox import Mount, Sandbox, SandboxLimits
+
+VERIFIER_SCRIPT = GENERATORS_DIR / "verify.py"
+GENERATOR_LIMITS = SandboxLimits(wall_seconds=20.0, cpu_seconds=10, memory_bytes=512 << 20)
+# Turn caps grow with the level; the embedded model works in one turn at level 0.
+MAX_TURNS = {0: 4, 1: 8, 2: 16}
+COMMAND_TIMEOUT_S = 20.0
+OUTPUT_TAIL_CHARS = 600
+
+
+@dataclass(frozen=True)
+class GeneratorSpec:
+    generator_id: str  # f"{capability}.{domain}.L{difficulty}"
+    capability: str
+    domain: str
+    difficulty: int
+    track: str
+    params: dict[str, Any] = field(default_factory=dict)  # written to params.json for the script
+
+    @property
+    def script_name(self) -> str:
+        return f"{self.capability}.py"
+
+
+@dataclass(frozen=True)
+class CandidateBuild:
+    task_id: str
+    bundle_dir: Path | None  # None when the build failed
+    error: str | None  # one-line reason when the build failed
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.bundle_dir is not None
+
+
+def generator_spec(capability: Capability, domain: Domain, difficulty: int) -> GeneratorSpec:
+    """The spec of one capability family instantiated in one domain at one level."""
+    return GeneratorSpec(
+        generator_id=f"{capability.id}.{domain.id}.L{difficulty}",
+        capability=capability.id,
+        domain=domain.id,
+        difficulty=difficulty,
+        track=capability.track,
+        params={"capability": capability.id, "track": capability.track, "difficulty": difficulty, "domain": domain.as_params()},
+    )
+
+
+def write_generator(spec: GeneratorSpec, directory: Path, script: Path | None = None) -> Path:
+    """Writes the generator program into `directory`: the family script and
+    params.json. `script` overrides the family script (a model-written one)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    source = script or GENERATORS_DIR / spec.script_name
+    if not source.is_file():
+        raise FileNotFoundError(f"no generator family script at {source}")
+    shutil.copyfile(source, directory / spec.script_name)
+    (directory / "params.json").write_text(json.dumps(spec.params, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    # The sandbox runs as an unprivileged uid and reads this directory read-only.
+    os.chmod(directory, 0o755)
+    for path in directory.iterdir():
+        os.chmod(path, 0o644)
+    return directory
+
+
+def task_id_for(round_key: str, spec: GeneratorSpec, seed: int) -> str:
+    return f"{round_key}.{spec.generator_id}.s{seed}"
+
+
+def build_candidate(
+    sandbox: Sandbox,
+    generator_dir: Path,
+    spec: GeneratorSpec,
+    seed: int,
+    round_key: str,
+    task_dir: Path,
+    limits: SandboxLimits = GENERATOR_LIMITS,
+) -> CandidateBuild:
+    """Runs the generator once and lands the bundle at `task_dir / task_id`.
+
+    `task_dir` is the directory that holds the round's bundles. The generator
+    writes into a fresh staging directory of its own; only a bundle that loads
+    is moved into place, so a failing candidate touches nothing else.
+    SandboxError (the sandbox itself failed) propagates.
+    """
+    started = time.monotonic()
+    task_id = task_id_for(round_key, spec, seed)
+    task_dir = Path(task_dir)
+    task_dir.mkdir(parents=True, exist_ok=True)
+    staging = task_dir / f".staging-{task_id}"
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir()
+
+    def failure(reason: str) -> CandidateBuild:
+        shutil.rmtree(staging, ignore_errors=True)
+        return CandidateBuild(task_id, None, reason, time.monotonic() - started)
+
+    outcome = sandbox.run(
+        ["python3", "-I", f"/generator/{spec.script_name}", "--params", "/generator/params.json",
+         "--seed", str(seed), "--out", "/out"],
+        [Mount(Path(generator_dir), "/generator"), Mount(staging, "/out", writable=True)],
+        cwd="/out",
+        limits=limits,
+    )
+    if outcome.timed_out:
+        return failure(f"generator did not finish within {limits.wall_seconds:.0f}s")
+    if outcome.exit_code != 0:
+        tail = outcome.output.strip()[-OUTPUT_TAIL_CHARS:].replace("\n", " | ")
+        return failure(f"generator exited with code {outcome.exit_code}: {tail or 'no output'}")
+
+    for reserved in ("tests", "task.toml"):
+        if os.path.lexists(staging / reserved):
+            return failure(f"malformed bundle: the generator wrote {reserved}, which the host provides")
+    try:
+        (staging / "tests").mkdir()
+        shutil.copyfile(VERIFIER_SCRIPT, staging / "tests" / "verify.py")
+        meta_format = _meta_format(staging / "meta.json")
+        write_task_toml(
+            staging / "task.toml",
+            task_id=task_id,
+            capability=spec.capability,
+            domain=spec.domain,
+            difficulty=spec.difficulty,
+            track=spec.track,
+            format=meta_format,
+            generator_id=spec.generator_id,
+            seed=seed,
+            round_key=round_key,
+            max_turns=MAX_TURNS.get(spec.difficulty, max(MAX_TURNS.values())),
+            command_timeout_s=COMMAND_TIMEOUT_S,
+        )
+        load_task_bundle(staging)
+    except TaskBundleError as exc:
+        return failure(f"malformed bundle: {exc}".replace(str(staging), task_id))
+
+    bundle_dir = task_dir / task_id
+    if bundle_dir.exists():
+        shutil.rmtree(bundle_dir)  # the same candidate rebuilt: replace it whole
+    staging.rename(bundle_dir)
+    return CandidateBuild(task_id, bundle_dir, None, time.monotonic() - started)
+
+
+def _meta_format(meta_path: Path) -> str:
+    # task.toml takes the deliverable format from the generator's meta.json;
+    # load_task_bundle then validates both.
+    if meta_path.is_symlink() or not meta_path.is_file():
+        raise TaskBundleError(f"{meta_path}: missing file")
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise TaskBundleError(f"{meta_path}: not valid JSON ({exc})") from None
+    fmt = meta.get("format") if isinstance(meta, dict) else None
+    if not isinstance(fmt, str) or not fmt.isascii() or not fmt.isprintable():
+        raise TaskBundleError(f"{meta_path}: field 'format' must be a string")
+    return fmt

@@ -1,0 +1,94 @@
+"""Runs a bundle's verifier on a final workspace, in a sandbox process of its
+own, and turns what it wrote into a `VerifierResult`.
+
+A verifier that crashes, times out or writes no valid result is an error,
+recorded with its reason; it is never a reward of 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from clawloop_assets.task_bundle import TaskBundle
+from resources.sandbox import Mount, Sandbox, SandboxLimits
+
+VERIFIER_LIMITS = SandboxLimits(wall_seconds=30.0, cpu_seconds=20)
+VERIFIER_ARGV = (
+    "python3", "-I", "/tests/verify.py",
+    "--workspace", "/workspace", "--answer", "/answer/answer.json", "--result", "/result/result.json",
+)
+
+
+@dataclass(frozen=True)
+class VerifierResult:
+    status: str  # "scored" | "error"
+    reward: float | None  # None unless scored
+    checks: list[dict] = field(default_factory=list)
+    error: str | None = None
+    seconds: float = 0.0
+
+
+def run_verifier(
+    sandbox: Sandbox, bundle: TaskBundle, final_workspace: Path, limits: SandboxLimits = VERIFIER_LIMITS
+) -> VerifierResult:
+    """`final_workspace` is mounted read-only and must be readable by the
+    sandbox uid (workspaces the sandbox wrote are)."""
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="clawloop-verify-") as tmp:
+        tmp_path = Path(tmp)
+        # Pristine copies each time: nothing a previous run (or the agent) did
+        # to the bundle's files reaches this verifier.
+        tests, answer, result = tmp_path / "tests", tmp_path / "answer", tmp_path / "result"
+        shutil.copytree(bundle.tests_dir, tests)
+        shutil.copytree(bundle.answer_dir, answer)
+        result.mkdir()
+        for directory in (tmp_path, tests, answer):
+            os.chmod(directory, 0o755)
+        outcome = sandbox.run(
+            VERIFIER_ARGV,
+            [
+                Mount(Path(final_workspace), "/workspace"),
+                Mount(tests, "/tests"),
+                Mount(answer, "/answer"),
+                Mount(result, "/result", writable=True),
+            ],
+            cwd="/tmp",
+            limits=limits,
+        )
+        seconds = time.monotonic() - started
+        if outcome.timed_out:
+            return VerifierResult("error", None, error=f"verifier timed out after {limits.wall_seconds:.0f}s", seconds=seconds)
+        if outcome.exit_code != 0:
+            tail = outcome.output.strip().splitlines()[-1:] or ["no output"]
+            return VerifierResult("error", None, error=f"verifier exited with code {outcome.exit_code}: {tail[0][:300]}",
+                                  seconds=seconds)
+        return _read_result(result / "result.json", seconds)
+
+
+def _read_result(path: Path, seconds: float) -> VerifierResult:
+    if path.is_symlink() or not path.is_file():
+        return VerifierResult("error", None, error="verifier wrote no result.json", seconds=seconds)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return VerifierResult("error", None, error=f"verifier result is not valid JSON: {exc}", seconds=seconds)
+    if not isinstance(data, dict):
+        return VerifierResult("error", None, error="verifier result is not a JSON object", seconds=seconds)
+    reward, checks = data.get("reward"), data.get("checks")
+    if isinstance(reward, bool) or reward not in (0, 1):
+        return VerifierResult("error", None, error=f"verifier reward must be 0.0 or 1.0, got {reward!r}", seconds=seconds)
+    if (
+        not isinstance(checks, list)
+        or not checks
+        or not all(isinstance(c, dict) and isinstance(c.get("passed"), bool) and "name" in c for c in checks)
+    ):
+        return VerifierResult("error", None, error="verifier result needs a non-empty 'checks' list", seconds=seconds)
+    if (reward == 1) != all(c["passed"] for c in checks):
+        return VerifierResult("error", None, error="verifier reward disagrees with its checks", seconds=seconds)
+    return VerifierResult("scored", float(reward), checks=checks, seconds=seconds)

@@ -1,0 +1,213 @@
+"""The verifier and agent-free validation: records are found by key, wrong
+deliverables fail, a broken verifier is an error (never a reward of 0), and
+the oracle / untouched / leakage gates each catch what they are for."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from clawloop_assets.agent_free_validation import validate_without_agent
+from clawloop_assets.catalogs import load_capability_catalog, load_domain_catalog
+from clawloop_assets.synthesis import build_candidate, generator_spec, write_generator
+from clawloop_assets.task_bundle import TaskBundle, load_task_bundle
+from clawloop_assets.verification import run_verifier
+from resources.sandbox import BubblewrapSandbox, SandboxLimits
+
+CAPABILITIES = {c.id: c for c in load_capability_catalog()}
+DOMAINS = {d.id: d for d in load_domain_catalog()}
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    return BubblewrapSandbox()
+
+
+@pytest.fixture(scope="module")
+def bundles(sandbox, tmp_path_factory):
+    """Level-2 bundles: grouped statistics as CSV (seed 0) and JSON (seed 1),
+    a reconciliation, a reorganization."""
+    root = tmp_path_factory.mktemp("bundles")
+    built = {}
+    for name, capability, domain, seed in [
+        ("grouped_csv", "grouped_statistics", "tide_gauge_readings", 0),
+        ("grouped_json", "grouped_statistics", "apiary_hive_inventory", 1),
+        ("ledger_csv", "ledger_reconciliation", "museum_artifact_loans", 0),
+        ("tree", "file_reorganization", "trail_maintenance_logs", 0),
+    ]:
+        spec = generator_spec(CAPABILITIES[capability], DOMAINS[domain], 2)
+        gen = write_generator(spec, root / "generators" / spec.generator_id)
+        candidate = build_candidate(sandbox, gen, spec, seed, "round-0001", root / "tasks")
+        assert candidate.error is None
+        built[name] = load_task_bundle(candidate.bundle_dir)
+    return built
+
+
+def copy_bundle(bundle: TaskBundle, tmp_path: Path) -> TaskBundle:
+    return load_task_bundle(Path(shutil.copytree(bundle.root, tmp_path / "bundle")))
+
+
+def workspace_from(bundle: TaskBundle, tmp_path: Path) -> Path:
+    workspace = tmp_path / "workspace"
+    shutil.copytree(bundle.environment_dir, workspace)
+    os.chmod(workspace, 0o755)
+    return workspace
+
+
+def the_check(bundle: TaskBundle) -> dict:
+    return json.loads(bundle.answer_path.read_text())["checks"][0]
+
+
+def write_records(workspace: Path, check: dict, records: list[dict]) -> None:
+    columns = list(check["columns"])
+    path = workspace / check["path"]
+    if check["type"] == "json_records":
+        path.write_text(json.dumps(records))
+        return
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(columns)
+        for record in records:
+            writer.writerow(["" if record[c] is None else record[c] for c in columns])
+
+
+@pytest.mark.parametrize("name", ["grouped_csv", "grouped_json", "ledger_csv"])
+def test_correct_records_in_another_order_pass(sandbox, bundles, tmp_path, name):
+    bundle = bundles[name]
+    check = the_check(bundle)
+    workspace = workspace_from(bundle, tmp_path)
+    write_records(workspace, check, list(reversed(check["expected"])))
+    result = run_verifier(sandbox, bundle, workspace)
+    assert result.status == "scored" and result.reward == 1.0, result
+
+
+@pytest.mark.parametrize("name", ["grouped_csv", "grouped_json", "ledger_csv"])
+def test_wrong_records_fail(sandbox, bundles, tmp_path, name):
+    bundle = bundles[name]
+    check = the_check(bundle)
+    numeric = next(c for c, rule in check["columns"].items() if rule["kind"] == "number"
+                   and all(r[c] is not None for r in check["expected"][:1]))
+    records = [dict(r) for r in check["expected"]]
+    records[0][numeric] = records[0][numeric] + 0.1
+    workspace = workspace_from(bundle, tmp_path)
+    write_records(workspace, check, records)
+    result = run_verifier(sandbox, bundle, workspace)
+    assert result.status == "scored" and result.reward == 0.0
+    assert "not the expected one" in result.checks[0]["detail"]
+
+    write_records(workspace, check, check["expected"][1:])  # a record missing
+    result = run_verifier(sandbox, bundle, workspace)
+    assert result.reward == 0.0 and "no record for key" in result.checks[0]["detail"]
+
+
+def test_bankers_rounding_breaks_the_contract(sandbox, bundles, tmp_path):
+    """The generated data puts a median on .x5: Python's round() gives the wrong tenth."""
+    bundle = bundles["grouped_csv"]
+    check = the_check(bundle)
+    workspace = workspace_from(bundle, tmp_path)
+    rows = list(csv.DictReader((workspace / "readings.csv").open()))
+    group, value = check["key"][0], "level_m"
+    values: dict[str, list[float]] = {}
+    for row in rows:
+        if row["status"] == "valid" and row[value]:
+            values.setdefault(row[group], []).append(float(row[value]))
+    records = []
+    for g, v in values.items():
+        v.sort()
+        n = len(v)
+        median = v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+        expected = next(r for r in check["expected"] if r[group] == g)
+        records.append({**expected, "median_" + value: round(median, 1)})
+    write_records(workspace, check, records)
+    result = run_verifier(sandbox, bundle, workspace)
+    assert result.status == "scored" and result.reward == 0.0
+
+
+def test_tree_check(sandbox, bundles, tmp_path):
+    bundle = bundles["tree"]
+    assert validate_without_agent(sandbox, bundle, tmp_path / "scratch").passed
+    workspace = workspace_from(bundle, tmp_path)
+    (workspace / "extra.txt").write_text("left behind\n")
+    result = run_verifier(sandbox, bundle, workspace)
+    assert result.status == "scored" and result.reward == 0.0
+
+
+def test_symlinked_deliverable_is_not_followed(sandbox, bundles, tmp_path):
+    bundle = bundles["grouped_json"]
+    workspace = workspace_from(bundle, tmp_path)
+    os.symlink("/answer/answer.json", workspace / the_check(bundle)["path"])
+    result = run_verifier(sandbox, bundle, workspace)
+    assert result.status == "scored" and result.reward == 0.0
+    assert "not a regular file" in result.checks[0]["detail"]
+
+
+def test_corrupt_answer_is_a_verifier_error_not_a_zero(sandbox, bundles, tmp_path):
+    bundle = copy_bundle(bundles["grouped_csv"], tmp_path)
+    bundle.answer_path.write_text('{"checks": [')
+    result = run_verifier(sandbox, bundle, workspace_from(bundle, tmp_path))
+    assert result.status == "error" and result.reward is None
+    assert "exited with code 1" in result.error and "JSONDecodeError" in result.error
+
+
+@pytest.mark.parametrize("script, message", [
+    ("pass\n", "wrote no result.json"),
+    ("import json\njson.dump({'reward': 1.0, 'checks': [{'name': 'x', 'passed': False}]}, open('/result/result.json', 'w'))\n",
+     "disagrees"),
+    ("while True:\n    pass\n", "timed out"),
+])
+def test_broken_verifier_is_an_error(sandbox, bundles, tmp_path, script, message):
+    bundle = copy_bundle(bundles["ledger_csv"], tmp_path)
+    (bundle.tests_dir / "verify.py").write_text(script)
+    result = run_verifier(sandbox, bundle, workspace_from(bundle, tmp_path),
+                          limits=SandboxLimits(wall_seconds=2.0, cpu_seconds=5))
+    assert result.status == "error" and result.reward is None and message in result.error
+
+
+def test_verifier_cannot_change_the_bundle(sandbox, bundles, tmp_path):
+    bundle = copy_bundle(bundles["ledger_csv"], tmp_path)
+    before = bundle.answer_path.read_bytes()
+    (bundle.tests_dir / "verify.py").write_text("open('/answer/answer.json', 'w').write('gone')\n")
+    result = run_verifier(sandbox, bundle, workspace_from(bundle, tmp_path))
+    assert result.status == "error" and bundle.answer_path.read_bytes() == before
+
+
+def test_failing_oracle_is_caught(sandbox, bundles, tmp_path):
+    bundle = copy_bundle(bundles["grouped_csv"], tmp_path)
+    bundle.solution_path.write_text("#!/bin/bash\necho broken >&2\nexit 3\n")
+    result = validate_without_agent(sandbox, bundle, tmp_path / "scratch")
+    assert not result.passed and not result.oracle_passed and result.untouched_failed and result.leak_free
+    assert result.reason == "oracle solution exited with code 3: broken"
+
+
+def test_untouched_workspace_passing_is_caught(sandbox, bundles, tmp_path):
+    bundle = copy_bundle(bundles["tree"], tmp_path)
+    answer = json.loads(bundle.answer_path.read_text())
+    check = answer["checks"][0]
+    check["files"] = {"CONTRACT.md": check["files"]["CONTRACT.md"]}
+    check["absent"], check["no_other_files"] = [], False
+    bundle.answer_path.write_text(json.dumps(answer))
+    result = validate_without_agent(sandbox, bundle, tmp_path / "scratch")
+    assert not result.passed and result.oracle_passed and not result.untouched_failed
+    assert result.reason == "the untouched workspace already passes the verifier"
+
+
+@pytest.mark.parametrize("name", ["grouped_json", "ledger_csv"])
+def test_leak_in_instruction_is_caught(sandbox, bundles, tmp_path, name):
+    bundle = copy_bundle(bundles[name], tmp_path)
+    check = the_check(bundle)
+    # A computed number: labels (tiers, statuses) and parameters (thresholds) are
+    # the contract's declared vocabulary, and one-digit integers are exempt.
+    parameters = set(bundle.contract["parameters"].values())
+    value = next(
+        r[c] for r in check["expected"] for c, rule in check["columns"].items()
+        if rule["kind"] == "number" and r[c] is not None and abs(r[c]) >= 10 and r[c] not in parameters
+    )
+    bundle.instruction_path.write_text(bundle.instruction + f"Hint: one of the values is {value}.\n")
+    result = validate_without_agent(sandbox, bundle, tmp_path / "scratch")
+    assert not result.passed and not result.leak_free and result.oracle_passed
+    assert result.reason.startswith("leakage: answer value") and "instruction.md" in result.reason

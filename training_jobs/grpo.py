@@ -1,0 +1,141 @@
+"""GRPO on recorded groups: the N rollouts of one task, with the rewards the
+verifier gave them, reused as the group. No value network, no new sampling.
+
+Run by Dagster Pipes (config in `extras`) or standalone:
+    python -m training_jobs.grpo --config grpo.json
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from typing import Any
+
+import torch
+
+from training_jobs.configs import GRPOJobConfig
+from training_jobs.policy_gradient import group_advantages, grpo_loss, token_logprobs
+from training_jobs.sft import Log, clip_and_step, finish, load_verified_model, run_job
+from training_jobs.trajectories import forward_chunks, load_trajectories, pad_batch, shuffled_batches
+
+
+def train_grpo(config: GRPOJobConfig, log: Log = print) -> dict[str, Any]:
+    started = time.monotonic()
+    torch.set_num_threads(config.torch_threads)
+    torch.manual_seed(config.seed)
+
+    model = load_verified_model(config.base_checkpoint)
+    reference = load_verified_model(config.reference_checkpoint) if config.beta > 0 else None
+    # No dropout: the ratio must compare the same function that sampled.
+    model.eval()
+
+    trajectories = load_trajectories(config.examples)
+    # Advantages come from every recorded rollout of a group, even one later
+    # dropped for length: the group's baseline does not depend on token counts.
+    groups = group_advantages([t.reward for t in trajectories], [t.group_id for t in trajectories], config.advantage_eps)
+    informative = [(t, a) for t, a, keep in zip(trajectories, groups.advantages, groups.informative) if keep]
+    examples = [(t, a) for t, a in informative if len(t) <= config.max_length]
+    dropped = len(informative) - len(examples)
+    if not examples:
+        raise ValueError(
+            f"{config.examples}: nothing to train on: {groups.groups_total} groups, "
+            f"{groups.groups_skipped_zero_variance} with zero reward variance, {dropped} informative rollouts longer "
+            f"than max_length={config.max_length}"
+        )
+    log(
+        f"grpo: {len(examples)} rollouts from {groups.groups_total - groups.groups_skipped_zero_variance} groups "
+        f"({groups.groups_skipped_zero_variance} zero-variance groups skipped, {dropped} rollouts dropped as longer "
+        f"than {config.max_length} tokens)"
+    )
+
+    # The reference is fixed, so its log-probs are computed once and the model freed.
+    ref_logprobs: list[torch.Tensor | None] = [None] * len(examples)
+    if reference is not None:
+        reference.eval()
+        with torch.no_grad():
+            for chunk in forward_chunks([t for t, _ in examples], config.max_tokens_per_forward):
+                padded = pad_batch([examples[i][0] for i in chunk])
+                logprobs = token_logprobs(reference, padded.input_ids, padded.attention_mask, padded.temperature, padded.target_action_mask)
+                for row, i in enumerate(chunk):
+                    ref_logprobs[i] = logprobs[row, : len(examples[i][0]) - 1].clone()
+        del reference
+        gc.collect()
+    items = [(t, a, ref) for (t, a), ref in zip(examples, ref_logprobs)]
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.0)
+    order = torch.Generator().manual_seed(config.seed)
+    loop_started = time.monotonic()
+    losses: list[float] = []
+    mean_kls: list[float] = []
+    clip_fractions: list[float] = []
+    action_tokens_trained = 0
+    for epoch in range(config.epochs):
+        for batch in shuffled_batches(items, config.batch_size, order):
+            step_started = time.monotonic()
+            num_action_tokens = sum(t.num_action_tokens for t, _, _ in batch)
+            optimizer.zero_grad(set_to_none=True)
+            step_loss = kl_sum = clipped = 0.0
+            for chunk in forward_chunks([t for t, _, _ in batch], config.max_tokens_per_forward):
+                padded = pad_batch([batch[i][0] for i in chunk])
+                logprobs = token_logprobs(model, padded.input_ids, padded.attention_mask, padded.temperature, padded.target_action_mask)
+                ref = None
+                if config.beta > 0:
+                    ref = torch.zeros_like(logprobs)
+                    for row, i in enumerate(chunk):
+                        ref[row, : batch[i][2].shape[0]] = batch[i][2]
+                loss, stats = grpo_loss(
+                    logprobs,
+                    padded.target_sampling_logprobs,
+                    ref,
+                    torch.tensor([batch[i][1] for i in chunk], dtype=torch.float32),
+                    padded.target_action_mask,
+                    clip_epsilon=config.clip_epsilon,
+                    beta=config.beta,
+                    num_action_tokens=num_action_tokens,
+                )
+                loss.backward()
+                step_loss += loss.item()
+                kl_sum += stats.kl_sum
+                clipped += stats.clipped_tokens
+            grad_norm = clip_and_step(model, optimizer, config.max_grad_norm)
+            losses.append(step_loss)
+            mean_kls.append(kl_sum / num_action_tokens)
+            clip_fractions.append(clipped / num_action_tokens)
+            action_tokens_trained += num_action_tokens
+            log(
+                f"grpo step {len(losses)} (epoch {epoch + 1}): loss {step_loss:.4f}, mean KL {mean_kls[-1]:.5f}, "
+                f"clip fraction {clip_fractions[-1]:.3f}, grad norm {grad_norm:.3f}, {len(batch)} rollouts, "
+                f"{num_action_tokens} action tokens, {time.monotonic() - step_started:.1f}s"
+            )
+
+    result: dict[str, Any] = {
+        "job": "grpo",
+        "base_checkpoint": str(config.base_checkpoint),
+        "reference_checkpoint": config.reference_checkpoint,
+        "output_checkpoint": str(config.output_checkpoint),
+        "steps": len(losses),
+        "losses": losses,
+        "mean_kl": mean_kls,
+        "clip_fraction": clip_fractions,
+        "final_loss": losses[-1],
+        "final_mean_kl": mean_kls[-1],
+        "examples_total": len(trajectories),
+        "examples_used": len(examples),
+        "examples_dropped_too_long": dropped,
+        "groups_total": groups.groups_total,
+        "groups_used": len({t.group_id for t, _ in examples}),
+        "groups_skipped_zero_variance": groups.groups_skipped_zero_variance,
+        "action_tokens_trained": action_tokens_trained,
+        "learning_rate": config.learning_rate,
+        "beta": config.beta,
+        "clip_epsilon": config.clip_epsilon,
+        "epochs": config.epochs,
+        "batch_size": config.batch_size,
+        "seconds_per_step": (time.monotonic() - loop_started) / len(losses),
+    }
+    finish(model, config, result, log, started)
+    return result
+
+
+if __name__ == "__main__":
+    run_job(train_grpo, GRPOJobConfig)
