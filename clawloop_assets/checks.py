@@ -7,7 +7,11 @@ import dagster as dg
 import polars as pl
 
 from clawloop_assets.assets.training import policy_checkpoint
-from clawloop_assets.assets.validation import admitted_tasks, agent_free_validation, task_splits
+from clawloop_assets.assets.validation import (
+    admitted_tasks,
+    agent_free_validation,
+    task_splits,
+)
 from clawloop_assets.checkpoints import CheckpointError, verify_checkpoint
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.partitions import round_partitions

@@ -6,8 +6,8 @@ import os
 
 import dagster as dg
 
-from clawloop_assets.assets import diagnosis, synthesis, training, validation
 from clawloop_assets import checks
+from clawloop_assets.assets import diagnosis, synthesis, training, validation
 from clawloop_assets.loop_config import LoopConfig
 from resources.embedded_policy import EmbeddedPolicyModel
 from resources.sandbox import BubblewrapSandbox

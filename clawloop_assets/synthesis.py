@@ -18,7 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from clawloop_assets.catalogs import GENERATORS_DIR, Capability, Domain
-from clawloop_assets.task_bundle import TaskBundleError, load_task_bundle, write_task_toml
+from clawloop_assets.task_bundle import (
+    TaskBundleError,
+    load_task_bundle,
+    write_task_toml,
+)
 from resources.sandbox import Mount, Sandbox, SandboxLimits
 
 VERIFIER_SCRIPT = GENERATORS_DIR / "verify.py"

@@ -16,7 +16,11 @@ import time
 import zipfile
 from pathlib import Path
 
-from clawloop_assets.checkpoints import CheckpointError, verify_checkpoint, write_checkpoint
+from clawloop_assets.checkpoints import (
+    CheckpointError,
+    verify_checkpoint,
+    write_checkpoint,
+)
 
 logger = logging.getLogger(__name__)
 

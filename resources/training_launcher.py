@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
-from dagster._core.errors import DagsterPipesExecutionError  # not re-exported at the top level
+from dagster._core.errors import (
+    DagsterPipesExecutionError,  # not re-exported at the top level
+)
 from pydantic import Field
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -7,7 +7,12 @@ import shutil
 import pytest
 
 from clawloop_assets import catalogs
-from clawloop_assets.agent_loop import AgentSettings, parse_command, rollout_row, run_rollouts
+from clawloop_assets.agent_loop import (
+    AgentSettings,
+    parse_command,
+    rollout_row,
+    run_rollouts,
+)
 from clawloop_assets.synthesis import build_candidate, generator_spec, write_generator
 from clawloop_assets.task_bundle import load_task_bundle
 from resources.policy import Completion, PolicySession

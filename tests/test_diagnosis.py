@@ -1,6 +1,12 @@
 import json
 
-from clawloop_assets.diagnosis import aggregate_patterns, classify_failure, extract_evidence, render_report, summarize_failures
+from clawloop_assets.diagnosis import (
+    aggregate_patterns,
+    classify_failure,
+    extract_evidence,
+    render_report,
+    summarize_failures,
+)
 
 
 def rollout(rollout_id, commands, exit_codes, checks, reward=0.0, last_output="", task="t1"):

@@ -1,5 +1,6 @@
-"""The embedded policy: base model conversion, checkpoint refusal, and the
-sampling loop's contract (exact log-probs, seeded, stop handling, batching)."""
+"""The embedded policy: base model conversion, checkpoint refusal, the
+sampling loop's contract (exact log-probs, seeded, stop handling, batching),
+and the prefix cache that lets a later turn prefill only its new tokens."""
 
 import json
 from pathlib import Path
@@ -8,8 +9,21 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from clawloop_assets.checkpoints import COMPLETE_MARKER, MANIFEST, CheckpointError, verify_checkpoint, write_checkpoint
-from resources.embedded_policy import EmbeddedPolicyModel, _sample_rows, _sample_generator
+from clawloop_assets.checkpoints import (
+    COMPLETE_MARKER,
+    MANIFEST,
+    CheckpointError,
+    verify_checkpoint,
+    write_checkpoint,
+)
+from resources.embedded_policy import (
+    EmbeddedPolicyModel,
+    _Prefill,
+    _PrefixCache,
+    _sample_generator,
+    _sample_rows,
+    _suffix_batches,
+)
 from resources.policy import SamplingParams
 
 SYSTEM = (
@@ -119,6 +133,70 @@ def test_sample_streams_depend_on_seed_prompt_and_index():
     assert len({base, first_draw(1, [1, 2, 3], 0, 0), first_draw(0, [1, 2], 0, 0), first_draw(0, [1, 2, 3], 1, 0), first_draw(0, [1, 2, 3], 0, 1)}) == 5
 
 
+def fake_prefill(length: int) -> _Prefill:
+    return _Prefill(length=length, keys=[], values=[], last_logits=torch.zeros(1))
+
+
+def test_prefix_cache_finds_the_longest_cached_prefix():
+    cache = _PrefixCache(100)
+    short, long, other = fake_prefill(2), fake_prefill(4), fake_prefill(3)
+    cache.put((1, 2), short, derived=False)
+    cache.put((1, 2, 3, 4), long, derived=True)
+    cache.put((9, 9, 9), other, derived=False)
+    assert cache.longest_prefix((1, 2, 3, 4, 5)) is long
+    assert cache.longest_prefix((1, 2, 3, 4)) is long  # the prompt itself, cached whole
+    assert cache.longest_prefix((1, 2, 3)) is short
+    assert cache.longest_prefix((1,)) is None
+    assert cache.longest_prefix((2, 1, 3, 4)) is None
+    assert cache.tokens == 9 and len(cache) == 3
+    cache.clear()
+    assert cache.tokens == 0 and cache.longest_prefix((1, 2, 3)) is None
+
+
+def test_prefix_cache_evicts_derived_prompts_before_shared_prefixes():
+    cache = _PrefixCache(10)
+    cache.put((1, 1, 1), fake_prefill(3), derived=False)
+    cache.put((2, 2, 2), fake_prefill(3), derived=False)
+    cache.put((1, 1, 1, 5), fake_prefill(4), derived=True)
+    cache.put((2, 2, 2, 6), fake_prefill(4), derived=True)  # over 10: the older derived prompt goes
+    assert cache.longest_prefix((1, 1, 1, 5)).length == 3
+    assert cache.longest_prefix((2, 2, 2, 6)).length == 4
+    assert cache.tokens == 10
+    # A derived prompt goes first even when it was used more recently than a shared one.
+    cache.put((3, 3, 3), fake_prefill(3), derived=False)
+    assert cache.longest_prefix((2, 2, 2, 6)).length == 3
+    assert cache.tokens == 9
+    # With no derived prompt left, the least recently used one goes: (2, 2, 2) was used
+    # just above and (1, 1, 1) just below, so (3, 3, 3).
+    assert cache.longest_prefix((1, 1, 1)) is not None
+    cache.put((4, 4), fake_prefill(2), derived=False)
+    assert cache.longest_prefix((3, 3, 3)) is None
+    assert all(cache.longest_prefix(k) is not None for k in [(1, 1, 1), (2, 2, 2), (4, 4)])
+    assert cache.tokens == 8
+    cache.put(tuple(range(11)), fake_prefill(11), derived=False)  # bigger than the whole cache: not kept
+    assert cache.longest_prefix(tuple(range(11))) is None and cache.tokens <= 10
+
+
+def test_prefix_cache_of_zero_tokens_keeps_nothing():
+    cache = _PrefixCache(0)
+    cache.put((1,), fake_prefill(1), derived=False)
+    assert len(cache) == 0
+    with pytest.raises(ValueError):
+        _PrefixCache(-1)
+
+
+def test_suffix_batches_cover_every_prompt_once_with_little_padding():
+    start = 5
+    keys = [tuple(range(start + length)) + (i,) for i, length in enumerate([3, 40, 7, 41, 39, 8, 2, 60])]
+    batches = _suffix_batches(keys, start, max_rows=2)
+    assert sorted(k for batch in batches for k in batch) == sorted(keys)
+    for batch in batches:
+        lengths = [len(k) - start for k in batch]
+        assert len(batch) <= 2
+        assert len(batch) * max(lengths) <= 1.25 * sum(lengths) or len(batch) == 1
+    assert [len(b) for b in _suffix_batches(keys[:1], start, max_rows=4)] == [1]
+
+
 # Slow: the real model.
 
 
@@ -223,3 +301,80 @@ def test_a_repeated_prompt_gets_fresh_samples(embedded_session, shell_prompts):
     params = SamplingParams(max_new_tokens=8, seed=2)
     first, second = embedded_session.sample([shell_prompts[0], shell_prompts[0]], 3, params)
     assert [c.token_ids for c in first] != [c.token_ids for c in second]
+
+
+def turn_two_prompts(session, turn_one_prompts, params, n=2):
+    """Each turn-1 sample continued as a next-turn prompt: prompt + completion +
+    an observation (of differing lengths, so suffix batches need padding)."""
+    observations = [
+        "exit code 0\n(no output)",
+        "exit code 1\nls: cannot access 'data.csv': No such file or directory\nbash: answer.txt: Permission denied",
+    ]
+    prompts = []
+    for prompt, group in zip(turn_one_prompts, session.sample(turn_one_prompts, n, params)):
+        for index, completion in enumerate(group):
+            observation = f"<|im_end|>\n<|im_start|>user\n{observations[index % 2]}<|im_end|>\n<|im_start|>assistant\n```bash\n"
+            prompts.append(prompt + completion.token_ids + session.encode(observation))
+    return prompts
+
+
+@pytest.mark.slow
+def test_extending_a_prefill_equals_prefilling_the_whole_prompt(embedded_session, shell_prompts):
+    prompt = shell_prompts[1]
+    base = embedded_session._prefill(prompt)
+    suffixes = [embedded_session.encode(text) for text in ["ls -la\n```", "x", "echo hello > ready.txt && cat ready.txt\n```<|im_end|>"]]
+    assert len({len(s) for s in suffixes}) == 3  # right padding is exercised
+    for suffix, extended in zip(suffixes, embedded_session._extend(base, suffixes)):
+        fresh = embedded_session._prefill(prompt + suffix)
+        assert extended.length == fresh.length == len(prompt) + len(suffix)
+        assert torch.allclose(extended.last_logits, fresh.last_logits, atol=1e-4)
+        for ours, theirs in zip(extended.keys + extended.values, fresh.keys + fresh.values):
+            assert ours.shape == theirs.shape
+            assert torch.allclose(ours, theirs, atol=1e-4)
+    assert base.keys[0].shape[2] == len(prompt)  # the base itself is untouched
+
+
+@pytest.mark.slow
+def test_next_turn_prompts_reuse_cached_prefixes_and_sample_as_a_fresh_session(
+    embedded_session, shell_prompts, base_checkpoint_dir, monkeypatch
+):
+    params = SamplingParams(max_new_tokens=10, seed=21)
+    cached = EmbeddedPolicyModel(model_cache_dir=str(base_checkpoint_dir.parent), max_batch_sequences=5).load(
+        base_checkpoint_dir
+    )
+    uncached = EmbeddedPolicyModel(model_cache_dir=str(base_checkpoint_dir.parent), prefix_cache_tokens=0).load(
+        base_checkpoint_dir
+    )
+    try:
+        turn_one = shell_prompts[:2]
+        prompts = turn_two_prompts(cached, turn_one, params)
+        assert cached.prefix_cache.tokens == sum(len(p) for p in turn_one)
+
+        whole, extended = [], []
+        monkeypatch.setattr(cached, "_prefill", lambda prompt: whole.append(prompt))
+        real_extend = type(cached)._extend
+        monkeypatch.setattr(cached, "_extend", lambda base, suffixes: extended.append(suffixes) or real_extend(cached, base, suffixes))
+        turn_two = SamplingParams(max_new_tokens=10, seed=22)
+        reused = cached.sample(prompts, 1, turn_two)
+        assert whole == []  # nothing was prefilled from scratch
+        suffixes = [s for batch in extended for s in batch]
+        assert sorted(map(len, suffixes)) == sorted(len(p) - len(turn_one[i // 2]) for i, p in enumerate(prompts))
+        assert any(len({len(s) for s in batch}) > 1 for batch in extended)  # padded batches were used
+        assert cached.prefix_cache.tokens == sum(len(p) for p in turn_one + prompts)
+
+        fresh = uncached.sample(prompts, 1, turn_two)
+        assert len(uncached.prefix_cache) == 0
+        for prompt, [ours], [theirs] in zip(prompts, reused, fresh):
+            assert ours.token_ids == theirs.token_ids
+            assert ours.finish_reason == theirs.finish_reason
+            assert ours.logprobs == pytest.approx(theirs.logprobs, abs=1e-4)
+            expected = teacher_forced_logprobs(uncached, prompt, ours.token_ids, turn_two.temperature)
+            assert ours.logprobs == pytest.approx(expected, abs=1e-4)
+
+        # A prompt cached whole is not run again, and close() lets go of the cache.
+        again = cached.sample(prompts[:1], 1, turn_two)
+        assert again[0][0].token_ids == reused[0][0].token_ids and whole == []
+    finally:
+        cached.close()
+        uncached.close()
+    assert cached.prefix_cache.tokens == 0 and len(cached.prefix_cache) == 0

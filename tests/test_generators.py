@@ -11,8 +11,17 @@ from pathlib import Path
 import pytest
 
 from clawloop_assets.agent_free_validation import validate_without_agent
-from clawloop_assets.catalogs import CatalogError, load_capability_catalog, load_domain_catalog
-from clawloop_assets.synthesis import GeneratorSpec, build_candidate, generator_spec, write_generator
+from clawloop_assets.catalogs import (
+    CatalogError,
+    load_capability_catalog,
+    load_domain_catalog,
+)
+from clawloop_assets.synthesis import (
+    GeneratorSpec,
+    build_candidate,
+    generator_spec,
+    write_generator,
+)
 from clawloop_assets.task_bundle import load_task_bundle
 from resources.sandbox import BubblewrapSandbox, SandboxError, SandboxLimits
 

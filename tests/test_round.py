@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from clawloop_assets import paths
-from clawloop_assets.definitions import defs, round_assets, gate_checks
+from clawloop_assets.definitions import defs, gate_checks, round_assets
 from clawloop_assets.loop_config import LoopConfig
 from resources.embedded_policy import EmbeddedPolicyModel
 from resources.sandbox import BubblewrapSandbox

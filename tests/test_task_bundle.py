@@ -9,7 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from clawloop_assets.task_bundle import TaskBundleError, load_task_bundle, write_task_toml
+from clawloop_assets.task_bundle import (
+    TaskBundleError,
+    load_task_bundle,
+    write_task_toml,
+)
 
 TOML_FIELDS = dict(
     task_id="round-0001.grouped_statistics.apiary_hive_inventory.L0.s0",

@@ -11,12 +11,21 @@ import torch
 from safetensors.torch import load_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from clawloop_assets.checkpoints import CheckpointError, verify_checkpoint, write_checkpoint
-from resources.training_launcher import SubprocessTrainingLauncher, TrainingJobError, TrainingLauncher
+from clawloop_assets.checkpoints import (
+    CheckpointError,
+    verify_checkpoint,
+    write_checkpoint,
+)
+from resources.training_launcher import (
+    SubprocessTrainingLauncher,
+    TrainingJobError,
+    TrainingLauncher,
+)
 from training_jobs.configs import GRPOJobConfig, SFTJobConfig
 from training_jobs.grpo import train_grpo
+from training_jobs.job_io import run_job, standalone_result_path
 from training_jobs.policy_gradient import token_logprobs
-from training_jobs.sft import run_job, standalone_result_path, train_sft
+from training_jobs.sft import train_sft
 from training_jobs.trajectories import load_trajectories, pad_batch, parse_trajectory
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

@@ -14,9 +14,20 @@ from typing import Any
 import torch
 
 from training_jobs.configs import GRPOJobConfig
+from training_jobs.job_io import (
+    Log,
+    clip_and_step,
+    finish,
+    load_verified_model,
+    run_job,
+)
 from training_jobs.policy_gradient import group_advantages, grpo_loss, token_logprobs
-from training_jobs.sft import Log, clip_and_step, finish, load_verified_model, run_job
-from training_jobs.trajectories import forward_chunks, load_trajectories, pad_batch, shuffled_batches
+from training_jobs.trajectories import (
+    forward_chunks,
+    load_trajectories,
+    pad_batch,
+    shuffled_batches,
+)
 
 
 def train_grpo(config: GRPOJobConfig, log: Log = print) -> dict[str, Any]:

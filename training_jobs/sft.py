@@ -14,78 +14,31 @@ distribution the GRPO job trains. It would also need a tokenizer object and a
 `datasets` pipeline that truncate at `max_length` where we drop and count. The
 loop below is the same padding, masking and micro-batching code the GRPO job
 uses, in about thirty lines.
-
-This module also holds the plumbing both jobs share: loading a verified
-checkpoint, writing the trained one, and the Pipes / standalone entrypoint.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import resource
-import shutil
-import sys
 import time
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
-from dagster_pipes import PipesEnvVarParamsLoader, open_dagster_pipes
-from transformers import AutoModelForCausalLM
 
-from clawloop_assets.checkpoints import COMPLETE_MARKER, MANIFEST, verify_checkpoint, write_checkpoint
-from training_jobs.configs import SFTJobConfig, TrainingJobConfig
+from training_jobs.configs import SFTJobConfig
+from training_jobs.job_io import (
+    Log,
+    clip_and_step,
+    finish,
+    load_verified_model,
+    run_job,
+)
 from training_jobs.policy_gradient import token_logprobs
-from training_jobs.trajectories import drop_too_long, forward_chunks, load_trajectories, pad_batch, shuffled_batches
-
-Log = Callable[[str], None]
-
-# Written by save_pretrained itself; everything else in the base checkpoint
-# (tokenizer files, chat template) is copied unchanged.
-_WEIGHT_FILE_SUFFIXES = (".safetensors", ".safetensors.index.json")
-
-
-def load_verified_model(directory: str | Path):
-    """A full-precision model from a checkpoint that passed verify_checkpoint (safetensors only)."""
-    verify_checkpoint(Path(directory))
-    return AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, use_safetensors=True)
-
-
-def save_trained_checkpoint(model, base_checkpoint: str | Path, output_checkpoint: str | Path, metadata: dict) -> list[str]:
-    """Write `model` atomically as a verified checkpoint, with the base's
-    non-weight files (the tokenizer does not change). Returns the copied names."""
-    copied: list[str] = []
-
-    def save(tmp: Path) -> None:
-        # transformers 5 always writes safetensors (the safe_serialization flag
-        # is gone); write_checkpoint refuses anything else anyway.
-        model.save_pretrained(tmp)
-        written = {p.name for p in tmp.iterdir()}
-        for src in sorted(Path(base_checkpoint).iterdir()):
-            if (
-                src.is_file()
-                and src.name not in written
-                and src.name not in (MANIFEST, COMPLETE_MARKER)
-                and not src.name.endswith(_WEIGHT_FILE_SUFFIXES)
-            ):
-                shutil.copy2(src, tmp / src.name)
-                copied.append(src.name)
-
-    write_checkpoint(save, Path(output_checkpoint), {**metadata, "tokenizer_files_copied": copied})
-    return copied
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
-
-
-def clip_and_step(model, optimizer: torch.optim.Optimizer, max_grad_norm: float) -> float:
-    grad_norm = 0.0
-    if max_grad_norm > 0:
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm).item()
-    optimizer.step()
-    return grad_norm
+from training_jobs.trajectories import (
+    drop_too_long,
+    forward_chunks,
+    load_trajectories,
+    pad_batch,
+    shuffled_batches,
+)
 
 
 def train_sft(config: SFTJobConfig, log: Log = print) -> dict[str, Any]:
@@ -152,46 +105,6 @@ def train_sft(config: SFTJobConfig, log: Log = print) -> dict[str, Any]:
     }
     finish(model, config, result, log, started)
     return result
-
-
-def finish(model, config: TrainingJobConfig, result: dict[str, Any], log: Log, started: float) -> None:
-    """Save the checkpoint and complete `result` with the totals (in place)."""
-    result["peak_rss_mb"] = peak_rss_mb()
-    result["tokenizer_files_copied"] = save_trained_checkpoint(model, config.base_checkpoint, config.output_checkpoint, result)
-    result["seconds"] = time.monotonic() - started
-    log(f"{result['job']}: wrote {config.output_checkpoint} ({result['steps']} steps, {result['seconds']:.1f}s, peak RSS {result['peak_rss_mb']:.0f} MB)")
-
-
-def standalone_result_path(output_checkpoint: str | Path) -> Path:
-    """Next to the checkpoint, not inside it (a checkpoint holds only its manifest's files)."""
-    output = Path(output_checkpoint)
-    return output.with_name(f"{output.name}.result.json")
-
-
-def run_job(train: Callable[..., dict], config_cls: type[TrainingJobConfig], argv: list[str] | None = None) -> None:
-    """`--config FILE.json`: standalone, progress on stdout and a result JSON next
-    to the checkpoint. No arguments: a Dagster Pipes process, config from extras."""
-    parser = argparse.ArgumentParser(description=sys.modules[train.__module__].__doc__.splitlines()[0])
-    parser.add_argument("--config", type=Path, help="JSON job config; omit when launched by Dagster Pipes")
-    args = parser.parse_args(argv)
-    if args.config is not None:
-        config = config_cls.from_json_file(args.config)
-        result = train(config, log=lambda message: print(message, flush=True))
-        path = standalone_result_path(config.output_checkpoint)
-        path.write_text(json.dumps(result, indent=2))
-        print(f"result: {path}", flush=True)
-        return
-    if not PipesEnvVarParamsLoader().is_dagster_pipes_process():
-        parser.error("pass --config FILE.json, or launch through Dagster Pipes (DAGSTER_PIPES_CONTEXT is not set)")
-    with open_dagster_pipes() as pipes:
-        config = config_cls.from_dict(dict(pipes.extras))
-        result = train(config, log=pipes.log.info)
-        pipes.report_asset_materialization(metadata=pipes_metadata(result))
-
-
-def pipes_metadata(result: dict[str, Any]) -> dict[str, Any]:
-    """Numbers stay numbers; per-step lists go as JSON."""
-    return {key: {"raw_value": value, "type": "json"} if isinstance(value, list) else value for key, value in result.items()}
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import dagster as dg
 from clawloop_assets.cost import PhaseCost
 from resources.warehouse import Warehouse, table_frame
 
+
 def record_cost(warehouse: Warehouse, round_key: str, cost: PhaseCost) -> None:
     warehouse.replace("cost_ledger", table_frame("cost_ledger", [cost.row(round_key)]), {"round": round_key, "phase": cost.phase})
 

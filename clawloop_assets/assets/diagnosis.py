@@ -11,12 +11,26 @@ import polars as pl
 from clawloop_assets import paths
 from clawloop_assets.assets.common import markdown_table, record_cost
 from clawloop_assets.assets.training import policy_checkpoint
-from clawloop_assets.assets.validation import _seed, collect_rollouts, rollout_metadata, task_splits
+from clawloop_assets.assets.validation import (
+    _seed,
+    collect_rollouts,
+    rollout_metadata,
+    task_splits,
+)
 from clawloop_assets.cost import measure
-from clawloop_assets.diagnosis import aggregate_patterns, render_report, summarize_failures
+from clawloop_assets.diagnosis import (
+    aggregate_patterns,
+    render_report,
+    summarize_failures,
+)
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.partitions import round_partitions
-from clawloop_assets.round_state import input_policy, require_rows, round_policy, split_task_ids
+from clawloop_assets.round_state import (
+    input_policy,
+    require_rows,
+    round_policy,
+    split_task_ids,
+)
 from resources.policy import PolicyModel
 from resources.sandbox import Sandbox
 from resources.warehouse import Warehouse, table_frame

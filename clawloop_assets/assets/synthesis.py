@@ -13,7 +13,12 @@ from clawloop_assets.cost import measure
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.partitions import previous_round, round_number, round_partitions
 from clawloop_assets.round_state import MissingUpstreamError, require_rows, workdir
-from clawloop_assets.synthesis import GeneratorSpec, build_candidate, generator_spec, write_generator
+from clawloop_assets.synthesis import (
+    GeneratorSpec,
+    build_candidate,
+    generator_spec,
+    write_generator,
+)
 from resources.sandbox import Sandbox
 from resources.warehouse import Warehouse, table_frame
 

@@ -13,7 +13,14 @@ from clawloop_assets.checkpoints import checkpoint_id
 from clawloop_assets.cost import measure
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.partitions import round_partitions
-from clawloop_assets.round_state import PolicyRef, input_policy, require_rows, round_policy, split_task_ids, workdir
+from clawloop_assets.round_state import (
+    PolicyRef,
+    input_policy,
+    require_rows,
+    round_policy,
+    split_task_ids,
+    workdir,
+)
 from clawloop_assets.training_data import grpo_groups, sft_examples, write_jsonl
 from resources.policy import PolicyModel
 from resources.training_launcher import TrainingLauncher

@@ -16,7 +16,13 @@ from clawloop_assets.assets.synthesis import candidate_tasks
 from clawloop_assets.cost import measure
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.partitions import round_partitions
-from clawloop_assets.round_state import PolicyRef, input_policy, load_bundles, require_rows, workdir
+from clawloop_assets.round_state import (
+    PolicyRef,
+    input_policy,
+    load_bundles,
+    require_rows,
+    workdir,
+)
 from clawloop_assets.task_bundle import load_task_bundle
 from resources.policy import PolicyModel
 from resources.sandbox import Sandbox
