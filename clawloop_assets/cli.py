@@ -57,7 +57,13 @@ def run_rounds(count: int) -> list[dict]:
             if not instance.has_dynamic_partition(round_partitions.name, key):
                 instance.add_dynamic_partitions(round_partitions.name, [key])
             print(f"== {key} ==", flush=True)
-            result = job.execute_in_process(instance=instance, partition_key=key, raise_on_error=False)
+            result = job.execute_in_process(
+                instance=instance,
+                partition_key=key,
+                raise_on_error=False,
+                # Progress lines, not Dagster's step-by-step debug events.
+                run_config={"loggers": {"console": {"config": {"log_level": "INFO"}}}},
+            )
             if not result.success:
                 failed = [e.step_key for e in result.all_events if e.is_step_failure]
                 raise SystemExit(f"{key} failed at {failed}; see the run in the Dagster UI (make ui) or the log above")
