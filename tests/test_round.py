@@ -7,7 +7,6 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from clawloop_assets import paths
 from clawloop_assets.definitions import defs, gate_checks, round_assets
 from clawloop_assets.loop_config import LoopConfig
 from resources.embedded_policy import EmbeddedPolicyModel
@@ -28,21 +27,20 @@ SMALL_ROUND = LoopConfig(
 )
 
 
+def round_resources(loop):
+    return {
+        "policy": EmbeddedPolicyModel(),
+        "sandbox": BubblewrapSandbox(),
+        "warehouse": DuckDBWarehouse(),
+        "training_launcher": SubprocessTrainingLauncher(),
+        "loop": loop,
+    }
+
+
 def materialize_round(instance, round_key, loop=SMALL_ROUND):
     instance.add_dynamic_partitions("rounds", [round_key])
-    return dg.materialize(
-        [*round_assets, *gate_checks],
-        partition_key=round_key,
-        instance=instance,
-        resources={
-            "policy": EmbeddedPolicyModel(model_cache_dir=str(paths.model_cache_dir())),
-            "sandbox": BubblewrapSandbox(),
-            "warehouse": DuckDBWarehouse(),
-            "training_launcher": SubprocessTrainingLauncher(),
-            "loop": loop,
-        },
-        raise_on_error=False,
-    )
+    return dg.materialize([*round_assets, *gate_checks], partition_key=round_key, instance=instance,
+                          resources=round_resources(loop), raise_on_error=False)
 
 
 def test_definitions_load_and_resolve_the_round_job():
@@ -73,6 +71,13 @@ def test_two_rounds_end_to_end(clawloop_home):
     checkpoints = warehouse.read("checkpoints", {"round": "round-0001"})
     assert set(checkpoints["kind"]) == {"sft", "policy"}
     assert summary["policy_checkpoint_id"] in checkpoints["checkpoint_id"].to_list()
+
+    # Rematerializing one asset of the round replaces its rows: no duplicates.
+    admissions = warehouse.read("admissions", {"round": "round-0001"})
+    again = dg.materialize([*round_assets, *gate_checks], selection="admitted_tasks", partition_key="round-0001",
+                           instance=instance, resources=round_resources(SMALL_ROUND))
+    assert again.success
+    assert warehouse.read("admissions", {"round": "round-0001"}).sort("task_id").equals(admissions.sort("task_id"))
 
     # Round 2 starts from round 1's checkpoint and plan, and says so.
     second = materialize_round(instance, "round-0002")

@@ -154,4 +154,4 @@ def _grpo_groups(runs: dict) -> int:
     if not run or run["status"] != "trained":
         return 0
     metrics = json.loads(run["metrics"])
-    return int(metrics.get("groups", metrics.get("groups_used", 0)))
+    return int(metrics["groups_used"])
