@@ -13,12 +13,12 @@ from clawloop_assets.agent_loop import AgentSettings
 
 
 class LoopConfig(dg.ConfigurableResource):
-    candidates_per_round: int = 48
+    candidates_per_round: int = 64
     rollouts_per_task: int = 8
     admission_low: int = 1
     admission_high: int = 5
     heldout_fraction: float = 0.4
-    heldout_samples: int = 8
+    heldout_samples: int = 16
     # One turn for the embedded 135M model: measured on 24 level-0 tasks x 8, a
     # second turn took 2.5x the time and lowered the pass rate (5.2% -> 3.1%):
     # it never submits, and its second command undoes the first. The loop and

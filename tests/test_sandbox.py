@@ -2,7 +2,7 @@
 
 import pytest
 
-from resources.sandbox import BubblewrapSandbox, Mount, SandboxError, SandboxLimits
+from resources.sandbox import BubblewrapSandbox, Mount, SandboxError, SandboxLimits, SandboxUnavailable
 
 sandbox = BubblewrapSandbox()
 
@@ -50,3 +50,9 @@ def test_memory_limit_holds(tmp_path):
 def test_missing_mount_source_is_a_sandbox_error(tmp_path):
     with pytest.raises(SandboxError, match="does not exist"):
         sandbox.run(["true"], [Mount(tmp_path / "nope", "/workspace")])
+
+
+def test_missing_bubblewrap_names_the_fix(tmp_path, monkeypatch):
+    monkeypatch.setattr("resources.sandbox.shutil.which", lambda name: None)
+    with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap"):
+        run(tmp_path, "true")
