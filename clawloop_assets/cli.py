@@ -42,6 +42,22 @@ def next_round_key() -> str:
     return round_key(max((round_number(k) for k in done), default=0) + 1)
 
 
+def why_stopped(result) -> str:
+    """The failed gate checks (with their metadata) and failed steps of a run."""
+    reasons = []
+    for event in result.get_asset_check_evaluations():
+        if not event.passed:
+            details = {k: v.value for k, v in event.metadata.items()}
+            reasons.append(f"gate {event.check_name} failed {details}")
+    for event in result.all_events:
+        if event.is_step_failure:
+            error = event.event_specific_data.error
+            while error.cause is not None:  # the user's exception, not Dagster's wrapper
+                error = error.cause
+            reasons.append(f"step {event.step_key} failed: {error.message.strip()}")
+    return "; ".join(reasons) or "unknown reason"
+
+
 def run_rounds(count: int) -> list[dict]:
     prepare_dagster_home()
     import dagster as dg
@@ -65,8 +81,7 @@ def run_rounds(count: int) -> list[dict]:
                 run_config={"loggers": {"console": {"config": {"log_level": "INFO"}}}},
             )
             if not result.success:
-                failed = [e.step_key for e in result.all_events if e.is_step_failure]
-                raise SystemExit(f"{key} failed at {failed}; see the run in the Dagster UI (make ui) or the log above")
+                raise SystemExit(f"{key} stopped: {why_stopped(result)}. See the run in the Dagster UI (make ui) or the log above.")
             summary = json.loads((paths.round_dir(key) / "summary.json").read_text())
             print(json.dumps(summary, indent=2))
             summaries.append(summary)

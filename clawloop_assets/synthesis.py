@@ -26,6 +26,8 @@ from clawloop_assets.task_bundle import (
 from resources.sandbox import Mount, Sandbox, SandboxLimits
 
 VERIFIER_SCRIPT = GENERATORS_DIR / "verify.py"
+# Shared by every family script; copied into each generator directory beside it.
+GENERATOR_COMMON = GENERATORS_DIR / "generator_common.py"
 GENERATOR_LIMITS = SandboxLimits(wall_seconds=20.0, cpu_seconds=10, memory_bytes=512 << 20)
 # Turn caps grow with the level; the embedded model works in one turn at level 0.
 MAX_TURNS = {0: 4, 1: 8, 2: 16}
@@ -72,14 +74,18 @@ def generator_spec(capability: Capability, domain: Domain, difficulty: int) -> G
 
 
 def write_generator(spec: GeneratorSpec, directory: Path, script: Path | None = None) -> Path:
-    """Writes the generator program into `directory`: the family script and
-    params.json. `script` overrides the family script (a model-written one)."""
+    """Writes the generator program into `directory`: the family script, the
+    shared module it imports (generator_common.py) and params.json. `script`
+    overrides the family script (a model-written one)."""
+    if spec.script_name == GENERATOR_COMMON.name:
+        raise ValueError(f"a family script may not be named {GENERATOR_COMMON.name}")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     source = script or GENERATORS_DIR / spec.script_name
     if not source.is_file():
         raise FileNotFoundError(f"no generator family script at {source}")
     shutil.copyfile(source, directory / spec.script_name)
+    shutil.copyfile(GENERATOR_COMMON, directory / GENERATOR_COMMON.name)
     (directory / "params.json").write_text(json.dumps(spec.params, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     # The sandbox runs as an unprivileged uid and reads this directory read-only.
     os.chmod(directory, 0o755)

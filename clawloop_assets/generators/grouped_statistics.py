@@ -3,7 +3,8 @@
 
 build(seed, params) -> task: a record file of the domain, an instruction, the
 answer contract, the answer key computed from the generated rows, and an
-oracle solution. Self-contained and stdlib-only: it runs in the sandbox as
+oracle solution. Stdlib-only, with generator_common.py beside it: it runs in
+the sandbox as
 `python3 -I /generator/grouped_statistics.py --params P --seed N --out /out`.
 
 Levels: 0 = one explicit shell step; 1 = count or maximum per group into a
@@ -11,90 +12,23 @@ CSV; 2 = medians per group with filters, tiers at thresholds, half-up
 rounding on output, empty groups omitted, CSV or JSON deliverable.
 """
 
-import argparse
-import json
 import os
-import random
+import sys
 from decimal import ROUND_HALF_UP, Decimal
+
+# -I drops the script's directory from sys.path; it is our read-only /generator, so put it back.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from generator_common import assemble, cents_range, csv_text, decimal_text, new_rng, record_ids, run  # noqa: E402
 
 TIERS = ["low", "medium", "high"]
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--params", required=True)
-    parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args()
-    with open(args.params, encoding="utf-8") as handle:
-        params = json.load(handle)
-    write_task(args.out, build(args.seed, params))
-
-
-# ---- shared by every family (copied: generators run alone, with no imports)
-
-def dump_json(value):
-    return json.dumps(value, indent=2, sort_keys=True) + "\n"
-
-
-def decimal_text(cents):
-    return str(Decimal(cents).scaleb(-2))
-
-
-def render_contract(contract):
-    deliverable = contract["deliverable"]
-    lines = ["# Answer contract", "", "Deliverable: `%s` (%s)." % (deliverable["path"], deliverable["schema"]), "", "Rules:"]
-    lines += ["- " + rule for rule in contract["rules"]]
-    return "\n".join(lines) + "\n"
-
-
-def write_task(out, task):
-    files = {
-        "instruction.md": task["instruction"],
-        "solution/solve.sh": task["solution"],
-        "answer/answer.json": dump_json(task["answer"]),
-        "meta.json": dump_json(task["meta"]),
-    }
-    for rel, text in task["environment"].items():
-        files["environment/" + rel] = text
-    for rel in sorted(files):
-        path = os.path.join(out, rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(files[rel])
-
-
-def assemble(params, instruction, environment, contract, checks, key, solution, fmt):
-    environment = dict(environment)
-    environment["CONTRACT.md"] = render_contract(contract)
-    return {
-        "instruction": instruction.strip() + "\n",
-        "environment": environment,
-        "solution": "#!/bin/bash\nset -euo pipefail\n" + solution.strip() + "\n",
-        "answer": {"key": key, "checks": checks},
-        "meta": {"track": params["track"], "format": fmt, "contract": contract},
-    }
-
-
-def new_rng(params, seed):
-    # A string seed is hashed with SHA-512: stable across runs and machines.
-    return random.Random("%s|%s|L%d|%d" % (params["capability"], params["domain"]["id"], params["difficulty"], seed))
-
-
-def record_ids(rng, domain, count):
-    return ["%s-%04d" % (domain["id_prefix"], n) for n in sorted(rng.sample(range(1, 10000), count))]
+    run(build)
 
 
 # ---- the family
-
-def cents_range(domain):
-    low, high = domain["numeric_range"]
-    return int(round(low * 100)), int(round(high * 100))
-
-
-def csv_text(header, rows):
-    return "\n".join([",".join(header)] + [",".join(str(v) for v in row) for row in rows]) + "\n"
-
 
 def simple_rows(rng, domain, per_group):
     """Rows (id, group, value-text) for the given count per group, shuffled."""

@@ -3,9 +3,9 @@
 
 build(seed, params) -> task: two sources of the same domain records, an
 instruction, the answer contract, the answer key computed from the generated
-sources, and an oracle solution. Self-contained and stdlib-only: it runs in
-the sandbox as `python3 -I /generator/ledger_reconciliation.py --params P
---seed N --out /out`.
+sources, and an oracle solution. Stdlib-only, with generator_common.py
+beside it: it runs in the sandbox as `python3 -I
+/generator/ledger_reconciliation.py --params P --seed N --out /out`.
 
 Levels: 0 = one `comm`/`sort` step on two sorted id lists; 1 = a set
 difference or amount comparison on two unsorted CSVs; 2 = full
@@ -13,88 +13,20 @@ reconciliation with dirty keys, split entries, a match tolerance, and a CSV
 or JSON discrepancy report.
 """
 
-import argparse
-import json
 import os
-import random
-from decimal import Decimal
+import sys
+
+# -I drops the script's directory from sys.path; it is our read-only /generator, so put it back.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from generator_common import assemble, cents_range, csv_text, decimal_text, new_rng, record_ids, run  # noqa: E402
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--params", required=True)
-    parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args()
-    with open(args.params, encoding="utf-8") as handle:
-        params = json.load(handle)
-    write_task(args.out, build(args.seed, params))
-
-
-# ---- shared by every family (copied: generators run alone, with no imports)
-
-def dump_json(value):
-    return json.dumps(value, indent=2, sort_keys=True) + "\n"
-
-
-def decimal_text(cents):
-    return str(Decimal(cents).scaleb(-2))
-
-
-def render_contract(contract):
-    deliverable = contract["deliverable"]
-    lines = ["# Answer contract", "", "Deliverable: `%s` (%s)." % (deliverable["path"], deliverable["schema"]), "", "Rules:"]
-    lines += ["- " + rule for rule in contract["rules"]]
-    return "\n".join(lines) + "\n"
-
-
-def write_task(out, task):
-    files = {
-        "instruction.md": task["instruction"],
-        "solution/solve.sh": task["solution"],
-        "answer/answer.json": dump_json(task["answer"]),
-        "meta.json": dump_json(task["meta"]),
-    }
-    for rel, text in task["environment"].items():
-        files["environment/" + rel] = text
-    for rel in sorted(files):
-        path = os.path.join(out, rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(files[rel])
-
-
-def assemble(params, instruction, environment, contract, checks, key, solution, fmt):
-    environment = dict(environment)
-    environment["CONTRACT.md"] = render_contract(contract)
-    return {
-        "instruction": instruction.strip() + "\n",
-        "environment": environment,
-        "solution": "#!/bin/bash\nset -euo pipefail\n" + solution.strip() + "\n",
-        "answer": {"key": key, "checks": checks},
-        "meta": {"track": params["track"], "format": fmt, "contract": contract},
-    }
-
-
-def new_rng(params, seed):
-    # A string seed is hashed with SHA-512: stable across runs and machines.
-    return random.Random("%s|%s|L%d|%d" % (params["capability"], params["domain"]["id"], params["difficulty"], seed))
-
-
-def record_ids(rng, domain, count):
-    return ["%s-%04d" % (domain["id_prefix"], n) for n in sorted(rng.sample(range(1, 10000), count))]
+    run(build)
 
 
 # ---- the family
-
-def cents_range(domain):
-    low, high = domain["numeric_range"]
-    return int(round(low * 100)), int(round(high * 100))
-
-
-def csv_text(header, rows):
-    return "\n".join([",".join(header)] + [",".join(str(v) for v in row) for row in rows]) + "\n"
-
 
 def split_ids(rng, domain, only_a, only_b, common):
     ids = record_ids(rng, domain, only_a + only_b + common)
