@@ -253,9 +253,15 @@ def _append_observation(session: PolicySession, rollout: Rollout, observation: s
     through_reply = session.chat_text(history, add_generation_prompt=True) + reply
     rollout.messages.append({"role": "user", "content": observation})
     following = session.chat_text(rollout.messages, add_generation_prompt=True)
-    if not following.startswith(through_reply):
+    recorded = session.decode(rollout.token_ids)
+    if not (following.startswith(through_reply) and recorded.startswith(through_reply)):
         raise ValueError("the chat template does not render a conversation as a prefix of its continuation")
-    rollout.extend(session.encode(following[len(through_reply):] + FENCE_OPEN), sampled=False)
+    # A reply that ended on the end-of-turn token already holds the start of the suffix.
+    already = recorded[len(through_reply):]
+    suffix = following[len(through_reply):]
+    if not suffix.startswith(already):
+        raise ValueError(f"sampled tokens after the reply ({already!r}) do not match the template's turn end")
+    rollout.extend(session.encode(suffix[len(already):] + FENCE_OPEN), sampled=False)
 
 
 def _score(rollout: Rollout, sandbox: Sandbox) -> None:

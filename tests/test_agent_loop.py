@@ -9,6 +9,7 @@ import pytest
 from clawloop_assets import catalogs
 from clawloop_assets.agent_loop import (
     AgentSettings,
+    initial_messages,
     parse_command,
     rollout_row,
     run_rollouts,
@@ -101,3 +102,25 @@ def test_a_crashing_verifier_is_an_error_not_a_zero(level0_task, tmp_path):
     task = dataclasses.replace(level0_task, root=broken)  # the loader would refuse it; the verifier must too
     (rollout,) = run_rollouts(ScriptedSession(["ls\n```"]), BubblewrapSandbox(), [task], 1, AgentSettings(max_turns=1), tmp_path / "w", seed=0)
     assert rollout.status == "verifier_error" and rollout.reward is None and rollout.error
+
+
+@pytest.mark.slow
+def test_multi_turn_rollouts_with_the_real_model_keep_exact_tokens(level0_task, base_checkpoint_dir, tmp_path):
+    from resources.embedded_policy import EmbeddedPolicyModel
+
+    session = EmbeddedPolicyModel(model_cache_dir=str(base_checkpoint_dir.parent)).load(base_checkpoint_dir)
+    try:
+        rollouts = run_rollouts(session, BubblewrapSandbox(), [level0_task], 4, AgentSettings(max_turns=2), tmp_path, seed=3)
+        for rollout in rollouts:
+            assert len(rollout.token_ids) == len(rollout.action_mask) == len(rollout.sampling_logprobs)
+            # The recorded tokens are exactly the conversation as the template renders it,
+            # the replies being what was sampled after the forced fence.
+            history, last = rollout.messages[:-1], rollout.messages[-1]
+            assert last["role"] == "assistant"
+            expected = session.chat_text(history, add_generation_prompt=True) + last["content"]
+            # (A reply that ended on the end-of-turn token keeps it, though it is not text.)
+            assert session.decode(rollout.token_ids) in (expected, expected + "<|im_end|>")
+            assert rollout.status == "scored" and rollout.reward in (0.0, 1.0)
+        assert any(r.turns == 2 for r in rollouts)  # the loop went past the first turn
+    finally:
+        session.close()

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -114,6 +117,59 @@ def test_same_seed_gives_identical_bytes(sandbox, tmp_path, capability):
     other = build(sandbox, tmp_path, capability, domain, 2, 8, tasks="c")
     assert tree_digest(first.bundle_dir) == tree_digest(second.bundle_dir)
     assert tree_digest(first.bundle_dir) != tree_digest(other.bundle_dir)
+
+
+GENERATORS = Path(__file__).parents[1] / "clawloop_assets/generators"
+SHARED = ("def write_task(", "def assemble(", "def new_rng(", "def record_ids(", "def csv_text(", "argparse")
+
+
+@pytest.mark.parametrize("capability", sorted(CAPABILITIES))
+def test_generator_directory_holds_the_shared_module_beside_the_family(tmp_path, capability):
+    spec = generator_spec(CAPABILITIES[capability], DOMAINS[0], 1)
+    gen = write_generator(spec, tmp_path / spec.generator_id)
+    assert sorted(p.name for p in gen.iterdir()) == sorted([f"{capability}.py", "generator_common.py", "params.json"])
+    assert (gen / "generator_common.py").read_bytes() == (GENERATORS / "generator_common.py").read_bytes()
+    # The family imports the shared code instead of carrying a copy of it.
+    family = (gen / f"{capability}.py").read_text()
+    assert "from generator_common import" in family
+    assert not [name for name in SHARED if name in family]
+
+
+def test_family_runs_isolated_from_any_working_directory(tmp_path):
+    # -I leaves the script's directory off sys.path; the family puts it back itself.
+    spec = generator_spec(CAPABILITIES["ledger_reconciliation"], DOMAINS[2], 2)
+    gen = write_generator(spec, tmp_path / "gen")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    subprocess.run([sys.executable, "-I", str(gen / spec.script_name), "--params", str(gen / "params.json"),
+                    "--seed", "3", "--out", str(tmp_path / "out")], cwd=elsewhere, check=True)
+    assert {"instruction.md", "meta.json", "answer/answer.json", "solution/solve.sh", "environment/CONTRACT.md"} <= set(
+        tree_digest(tmp_path / "out"))
+
+
+def test_model_written_generator_gets_the_shared_module_too(sandbox, tmp_path):
+    body = (
+        "import os, sys\n"
+        "sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))\n"
+        "from generator_common import run\n"
+        "import grouped_statistics_original as family\n"
+        "run(family.build)\n"
+    )
+    spec, gen = broken_generator(tmp_path, body)
+    assert (gen / "generator_common.py").is_file()
+    (gen / "grouped_statistics_original.py").write_bytes((GENERATORS / "grouped_statistics.py").read_bytes())
+    os.chmod(gen / "grouped_statistics_original.py", 0o644)
+    built = build_candidate(sandbox, gen, spec, 0, ROUND, tmp_path / "tasks")
+    assert built.error is None
+    reference = build(sandbox, tmp_path, "grouped_statistics", DOMAINS[0], 0, 0, tasks="reference")
+    assert tree_digest(built.bundle_dir) == tree_digest(reference.bundle_dir)
+
+
+def test_verifier_stays_self_contained():
+    # verify.py is copied alone into each bundle's tests/, so it imports only the stdlib.
+    source = (GENERATORS / "verify.py").read_text()
+    imported = set(re.findall(r"^(?:from|import) (\w+)", source, re.M))
+    assert imported and imported <= set(sys.stdlib_module_names), imported
 
 
 def broken_generator(tmp_path: Path, body: str) -> tuple[GeneratorSpec, Path]:
