@@ -22,7 +22,7 @@ import sys
 # -I drops the script's directory from sys.path; it is our read-only /generator, so put it back.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from generator_common import assemble, new_rng, run  # noqa: E402
+from generator_common import assemble, build_level, run  # noqa: E402
 
 
 def main():
@@ -201,15 +201,7 @@ def level2(rng, seed, params):
 
 
 def build(seed, params):
-    rng = new_rng(params, seed)
-    level = params["difficulty"]
-    if level == 0:
-        return level0(rng, seed, params)
-    if level == 1:
-        return level1(rng, seed, params)
-    if level == 2:
-        return level2(rng, seed, params)
-    raise ValueError("difficulty must be 0, 1 or 2, got %r" % (level,))
+    return build_level((level0, level1, level2), seed, params)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,18 @@ def run(build):
     write_task(args.out, build(args.seed, params))
 
 
+def build_level(levels, seed, params):
+    """The task at params["difficulty"]: `levels[difficulty](rng, seed, params)`
+    with the seeded random source of these params."""
+    rng = new_rng(params, seed)
+    level = params["difficulty"]
+    for number, build in enumerate(levels):
+        if level == number:
+            return build(rng, seed, params)
+    names = [str(number) for number in range(len(levels))]
+    raise ValueError("difficulty must be %s or %s, got %r" % (", ".join(names[:-1]), names[-1], level))
+
+
 def dump_json(value):
     return json.dumps(value, indent=2, sort_keys=True) + "\n"
 

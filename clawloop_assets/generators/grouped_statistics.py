@@ -19,7 +19,7 @@ from decimal import ROUND_HALF_UP, Decimal
 # -I drops the script's directory from sys.path; it is our read-only /generator, so put it back.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from generator_common import assemble, cents_range, csv_text, decimal_text, new_rng, record_ids, run  # noqa: E402
+from generator_common import assemble, build_level, cents_range, csv_text, decimal_text, record_ids, run  # noqa: E402
 
 TIERS = ["low", "medium", "high"]
 
@@ -271,15 +271,7 @@ def level2(rng, seed, params):
 
 
 def build(seed, params):
-    rng = new_rng(params, seed)
-    level = params["difficulty"]
-    if level == 0:
-        return level0(rng, seed, params)
-    if level == 1:
-        return level1(rng, seed, params)
-    if level == 2:
-        return level2(rng, seed, params)
-    raise ValueError("difficulty must be 0, 1 or 2, got %r" % (level,))
+    return build_level((level0, level1, level2), seed, params)
 
 
 if __name__ == "__main__":
