@@ -9,7 +9,6 @@ import pytest
 from clawloop_assets import catalogs
 from clawloop_assets.agent_loop import (
     AgentSettings,
-    initial_messages,
     parse_command,
     rollout_row,
     run_rollouts,

@@ -1,7 +1,6 @@
 """Helpers shared by the round's assets: recording a phase's cost, and
 rendering tables for the UI."""
 
-
 from typing import Mapping, Sequence
 
 import dagster as dg

@@ -1,7 +1,6 @@
 """Phase 3: held-out rollouts before and after training, the diagnosis report,
 and the round summary."""
 
-
 import json
 from collections import Counter
 

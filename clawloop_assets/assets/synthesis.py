@@ -1,6 +1,5 @@
 """Phase 1a: catalogs, the synthesis plan, generators and candidate tasks."""
 
-
 import json
 import shutil
 

@@ -1,7 +1,6 @@
 """Phase 2: SFT on the successes of T_k, then GRPO on its recorded groups,
 each a Pipes job launched by the training-launcher resource."""
 
-
 import json
 
 import dagster as dg

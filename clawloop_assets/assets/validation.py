@@ -1,7 +1,6 @@
 """Phase 1b: agent-free validation, the admission rollouts, the admission band
 and the train / held-out split."""
 
-
 import zlib
 from collections import Counter
 
