@@ -30,9 +30,11 @@ run: setup
 	$(BIN)/clawloop run --rounds $(ROUNDS)
 
 test: setup
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
 fast-test: setup
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -m "not slow"
 
 ui: setup
