@@ -25,28 +25,16 @@ from resources.sandbox import Mount, Sandbox, SandboxError, SandboxLimits
 SUBMIT_COMMAND = "submit"
 FENCE_OPEN = "```bash\n"
 FENCE_CLOSE = "```"
-# A command reference in the harness prompt, like the tool docs a harness shows.
-# With the embedded 135M model on 24 level-0 tasks x 8 samples (T=0.7, one turn,
-# same seeds) it gave 5.2% pass and 5 tasks in the admission band, against 4.2%
-# and 4 without it: within noise; kept for naming the standard tools a level-0
-# step needs.
+# DESIGN's measured setup: this prompt, two worked examples and the reply
+# forced to open a bash fence. A command reference added to the prompt (wc,
+# grep -c, comm, mkdir/mv, ...) measured within noise on 24 level-0 tasks x 8
+# (5.2% vs 4.2% pass, 5 vs 4 tasks in the band) while it made every prompt
+# twice as long (about 360 vs 160 tokens), and so every prefill and training
+# step: left out.
 SYSTEM_PROMPT = (
     "You are a shell agent working in /workspace. Reply with exactly one bash command "
-    "inside a ```bash fenced block, and nothing else.\n"
-    "Useful commands:\n"
-    "wc -l < f > out: number of lines of f\n"
-    "grep -c word f > out: number of lines of f containing word\n"
-    "head -n 1 f > out: first line of f\n"
-    "tail -n +2 f | wc -l > out: number of lines of f after the header\n"
-    "comm -23 a b > out: lines only in a (a, b sorted)\n"
-    "comm -13 a b > out: lines only in b\n"
-    "comm -12 a b > out: lines in both\n"
-    "sort -u a b > out: all lines of a and b, sorted, no duplicates\n"
-    "mkdir -p d && mv *.ext d/: move files into a directory\n"
-    "mkdir -p d && cp *.ext d/: copy files into a directory\n"
-    "mv a b: rename a to b\n"
-    "rm -f *.ext: delete files\n"
-    f"When the task is done, reply with the command {SUBMIT_COMMAND}."
+    "inside a ```bash fenced block, and nothing else. When the task is done, reply with "
+    f"the command {SUBMIT_COMMAND}."
 )
 # Two short worked examples: the measured difference between a 135M model that
 # never emits a command and one that almost always does.
