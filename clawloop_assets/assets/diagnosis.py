@@ -11,9 +11,9 @@ from clawloop_assets import paths
 from clawloop_assets.assets.common import markdown_table, record_cost
 from clawloop_assets.assets.training import policy_checkpoint
 from clawloop_assets.assets.validation import (
-    _seed,
     collect_rollouts,
     rollout_metadata,
+    round_seed,
     task_splits,
 )
 from clawloop_assets.cost import measure
@@ -44,7 +44,7 @@ def heldout_baseline_rollouts(context: dg.AssetExecutionContext, warehouse: Ware
     key = context.partition_key
     ref = input_policy(warehouse, policy, key)
     rows, cost = collect_rollouts(context, warehouse, sandbox, policy, ref, split_task_ids(warehouse, key, "heldout"),
-                                  loop.heldout_samples, "heldout_before", _seed(key, "heldout", loop), loop)
+                                  loop.heldout_samples, "heldout_before", round_seed(key, "heldout", loop), loop)
     return dg.MaterializeResult(metadata=rollout_metadata(rows, cost, ref))
 
 
@@ -55,7 +55,7 @@ def diagnosis_rollouts(context: dg.AssetExecutionContext, warehouse: Warehouse, 
     key = context.partition_key
     ref = round_policy(warehouse, key, "policy")
     rows, cost = collect_rollouts(context, warehouse, sandbox, policy, ref, split_task_ids(warehouse, key, "heldout"),
-                                  loop.heldout_samples, "heldout_after", _seed(key, "heldout", loop), loop)
+                                  loop.heldout_samples, "heldout_after", round_seed(key, "heldout", loop), loop)
     return dg.MaterializeResult(metadata=rollout_metadata(rows, cost, ref))
 
 

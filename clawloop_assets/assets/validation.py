@@ -98,7 +98,7 @@ def validation_rollouts(context: dg.AssetExecutionContext, warehouse: Warehouse,
     task_ids = checked.filter(pl.col("passed"))["task_id"].to_list()
     ref = input_policy(warehouse, policy, key)
     rows, cost = collect_rollouts(context, warehouse, sandbox, policy, ref, task_ids, loop.rollouts_per_task,
-                                  "validation", _seed(key, "validation", loop), loop)
+                                  "validation", round_seed(key, "validation", loop), loop)
     return dg.MaterializeResult(metadata=rollout_metadata(rows, cost, ref))
 
 
@@ -135,7 +135,7 @@ def task_splits(context: dg.AssetExecutionContext, warehouse: Warehouse, loop: L
     admitted = require_rows(warehouse, "admissions", key, "admitted_tasks").filter(pl.col("admitted"))
     tasks = warehouse.read("tasks", {"round": key})
     capability_of = dict(zip(tasks["task_id"], tasks["capability_id"]))
-    split = split_tasks({t: capability_of[t] for t in admitted["task_id"]}, loop.heldout_fraction, _seed(key, "split", loop))
+    split = split_tasks({t: capability_of[t] for t in admitted["task_id"]}, loop.heldout_fraction, round_seed(key, "split", loop))
     rows = [{"round": key, "task_id": t, "split": s} for t, s in sorted(split.items())]
     warehouse.replace("task_splits", table_frame("task_splits", rows), {"round": key})
     counts = Counter(split.values())
@@ -143,6 +143,6 @@ def task_splits(context: dg.AssetExecutionContext, warehouse: Warehouse, loop: L
                                           "splits": markdown_table(["task", "split"], [(r["task_id"], r["split"]) for r in rows])})
 
 
-def _seed(round_key: str, purpose: str, loop: LoopConfig) -> int:
+def round_seed(round_key: str, purpose: str, loop: LoopConfig) -> int:
     """Stable seeds per round and purpose (the held-out before/after pair shares one)."""
     return (zlib.crc32(f"{round_key}/{purpose}".encode()) + loop.seed) % (2**31)
