@@ -21,8 +21,8 @@ def test_workspace_is_writable_and_system_is_not(tmp_path):
 
 def test_no_network_and_clean_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("CLAWLOOP_SECRET", "s3cret")
-    result = run(tmp_path, "env; (exec 3<>/dev/tcp/1.1.1.1/80) 2>&1 || echo no-network")
-    assert "no-network" in result.output
+    result = run(tmp_path, "env; tail -n +3 /proc/net/dev | cut -d: -f1")
+    assert result.output.split()[-1] == "lo"
     assert "s3cret" not in result.output
 
 

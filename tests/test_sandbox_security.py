@@ -1,0 +1,152 @@
+"""Hostile commands against the real bubblewrap backend: any visible effect on
+the host is a failure."""
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from resources.sandbox import BubblewrapSandbox, Mount, SandboxLimits
+
+sandbox = BubblewrapSandbox()
+
+
+def run(workspace: Path, command: str, **limits):
+    return sandbox.run(["bash", "-c", command], [Mount(workspace, "/workspace", writable=True)],
+                       limits=SandboxLimits(**limits) if limits else None)
+
+
+def sandbox_processes() -> list[str]:
+    uid = str(sandbox.sandbox_uid)
+    out = subprocess.run(["ps", "-eo", "uid=,pid=,args="], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if line.split()[0] == uid]
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    path = tmp_path / "workspace"
+    path.mkdir()
+    return path
+
+
+def test_writes_outside_the_workspace_never_reach_the_host(workspace, tmp_path):
+    outside = tmp_path / "outside.txt"
+    marker = "clawloop-pwned"
+    run(workspace, f"echo {marker} > /etc/pwned; echo {marker} > ~/pwned; echo {marker} > ../../pwned; "
+                   f"echo {marker} > {outside}; mkdir -p /root/.ssh && echo {marker} >> /root/.ssh/authorized_keys")
+    assert not Path("/etc/pwned").exists()
+    assert not outside.exists()
+    assert not (Path.home() / "pwned").exists()
+    keys = Path("/root/.ssh/authorized_keys")
+    assert not keys.exists() or marker not in keys.read_text()
+
+
+def test_a_symlink_out_of_the_workspace_reaches_nothing_writable(workspace, tmp_path):
+    target = tmp_path / "host_file.txt"
+    target.write_text("host\n")
+    result = run(workspace, f"ln -s {target} link; echo agent > link; ln -s /etc/passwd pw; echo x >> pw; cat link")
+    assert "No such file or directory" in result.output  # the host path does not exist in there
+    assert target.read_text() == "host\n"
+    assert (workspace / "link").is_symlink()  # left for the verifier, which refuses to follow links
+
+
+def test_no_network_but_an_empty_loopback(workspace):
+    # Checked without sending a packet, so a broken sandbox cannot send any:
+    # no interface but lo and no route means every outside address (the
+    # metadata service 169.254.169.254, DNS servers) is unreachable.
+    result = run(workspace, "tail -n +3 /proc/net/dev | cut -d: -f1; echo ROUTES; tail -n +2 /proc/net/route")
+    interfaces, routes = result.output.split("ROUTES")
+    assert interfaces.split() == ["lo"]
+    assert routes.strip() == ""
+
+
+def test_loopback_services_of_the_host_are_out_of_reach(workspace):
+    import socket
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        result = run(workspace, f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo REACHED", wall_seconds=10)
+    assert "REACHED" not in result.output
+
+
+def test_host_secrets_are_unreadable(workspace, monkeypatch):
+    monkeypatch.setenv("CLAWLOOP_TEST_SECRET", "hunter2")
+    result = run(workspace, "env; cat /proc/1/environ; ls -a ~/.ssh /root; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'")
+    assert "hunter2" not in result.output
+    from clawloop_assets import paths
+
+    for secret_path in (paths.warehouse_path(), paths.model_cache_dir()):
+        probe = run(workspace, f"ls {secret_path} && echo VISIBLE")
+        assert "VISIBLE" not in probe.output
+
+
+def test_fork_bomb_is_contained_and_leaves_nothing(workspace):
+    started = time.monotonic()
+    result = run(workspace, ":(){ :|:& };:", wall_seconds=5, max_processes=32)
+    assert result.timed_out or result.exit_code is not None
+    assert time.monotonic() - started < 15
+    time.sleep(0.5)
+    assert sandbox_processes() == []
+    assert run(workspace, "echo alive").output.strip() == "alive"  # the harness stays usable
+
+
+@pytest.mark.parametrize("command", ["yes", "head -c 10G /dev/zero"])
+def test_endless_output_is_capped_and_flagged(workspace, command):
+    result = run(workspace, command, wall_seconds=5, output_bytes=4096)
+    assert result.truncated
+    assert len(result.output.encode()) < 4096 + 200
+
+
+def test_a_background_child_holding_the_pipe_does_not_hang_the_harness(workspace):
+    started = time.monotonic()
+    result = run(workspace, "(sleep 60; echo late) & echo done", wall_seconds=30)
+    assert result.output.strip() == "done" and not result.timed_out
+    assert time.monotonic() - started < 5
+    assert sandbox_processes() == []
+
+
+def test_a_command_that_ignores_term_is_killed_at_the_timeout(workspace):
+    result = run(workspace, "trap '' TERM INT; while :; do :; done", wall_seconds=2)
+    assert result.timed_out and result.exit_code is None
+    assert sandbox_processes() == []
+
+
+def test_a_memory_hog_is_stopped_and_recorded(workspace):
+    result = run(workspace, "python3 -c 'x = bytearray(4 << 30)'; echo exit=$?", memory_bytes=256 << 20)
+    assert "MemoryError" in result.output and "exit=1" in result.output
+
+
+def test_a_file_past_the_size_limit_is_cut(workspace):
+    result = run(workspace, "head -c 100M /dev/zero > big; echo exit=$?", file_size_bytes=1 << 20)
+    assert (workspace / "big").stat().st_size <= 1 << 20
+    assert "exit=0" not in result.output
+
+
+def test_kill_everything_inside_reaches_no_host_process(workspace):
+    # A host process of the very uid the sandbox runs as: only the pid
+    # namespace keeps `kill -9 -1` from reaching it.
+    bystander = subprocess.Popen(["setpriv", f"--reuid={sandbox.sandbox_uid}", f"--regid={sandbox.sandbox_gid}",
+                                  "--clear-groups", "sleep", "60"])
+    try:
+        time.sleep(0.2)
+        run(workspace, "kill -9 -1; kill -9 $PPID; kill -9 1", wall_seconds=5)
+        assert bystander.poll() is None, "kill -9 -1 inside the sandbox killed a host process"
+    finally:
+        bystander.kill()
+        bystander.wait()
+    assert run(workspace, "echo alive").output.strip() == "alive"
+
+
+def test_nothing_carries_over_between_runs(workspace, tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    run(workspace, "echo left > /tmp/leftover; echo left > /dev/shm/leftover 2>/dev/null; sleep 30 &")
+    result = run(other, "cat /tmp/leftover /dev/shm/leftover 2>&1; echo FDS; ls /proc/self/fd")
+    before_fds, fds = result.output.split("FDS")
+    assert before_fds.count("No such file or directory") == 2
+    # stdin, stdout, stderr and the directory ls itself opened: nothing inherited.
+    assert set(fds.split()) <= {"0", "1", "2", "3"}
+    assert sandbox_processes() == []
