@@ -15,12 +15,14 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Sequence, TypeVar
 
 from clawloop_assets.task_bundle import TaskBundle
 from clawloop_assets.verification import run_verifier
 from resources.policy import PolicySession, SamplingParams
 from resources.sandbox import Mount, Sandbox, SandboxError, SandboxLimits
+
+T = TypeVar("T")
 
 SUBMIT_COMMAND = "submit"
 FENCE_OPEN = "```bash\n"
@@ -45,6 +47,7 @@ WORKED_EXAMPLES: list[dict[str, str]] = [
     {"role": "assistant", "content": "```bash\necho done >> status.txt\n```"},
 ]
 OBSERVATION_CHARS = 1200
+SANDBOX_ATTEMPTS = 3  # tries of a sandbox call that fails to start before the rollout is excluded
 # Sequences per call to the policy: one batch, and one progress line per call.
 SEQUENCES_PER_CALL = 64  # head and tail of a command's output shown to the agent
 
@@ -219,7 +222,10 @@ def _act(rollout: Rollout, sandbox: Sandbox, settings: AgentSettings, *, is_last
             output_bytes=settings.output_bytes,
         )
         try:
-            result = sandbox.run(["bash", "-c", command], [Mount(rollout.workspace, "/workspace", writable=True)], limits=limits)
+            result = with_sandbox_retries(
+                lambda: sandbox.run(["bash", "-c", command], [Mount(rollout.workspace, "/workspace", writable=True)],
+                                    limits=limits)
+            )
         except SandboxError as exc:
             rollout.status, rollout.error, rollout.done = "sandbox_error", str(exc), True
             return
@@ -256,7 +262,7 @@ def _score(rollout: Rollout, sandbox: Sandbox) -> None:
     if rollout.status == "sandbox_error":
         return
     try:
-        verdict = run_verifier(sandbox, rollout.task, rollout.workspace)
+        verdict = with_sandbox_retries(lambda: run_verifier(sandbox, rollout.task, rollout.workspace))
     except SandboxError as exc:
         rollout.status, rollout.error = "sandbox_error", str(exc)
         return
@@ -266,6 +272,19 @@ def _score(rollout: Rollout, sandbox: Sandbox) -> None:
         rollout.reward = verdict.reward
     else:
         rollout.status, rollout.error = "verifier_error", verdict.error
+
+
+def with_sandbox_retries(call: Callable[[], T], attempts: int = SANDBOX_ATTEMPTS) -> T:
+    """Retry a sandbox call that failed to start. SandboxError means the
+    sandbox itself failed before the command ran, so a retry is safe; after
+    `attempts` the error propagates and the rollout is excluded, never scored."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return call()
+        except SandboxError as exc:
+            if attempt == attempts:
+                raise SandboxError(f"{exc} (after {attempts} attempts)") from exc
+    raise AssertionError("unreachable")
 
 
 def rollout_row(rollout: Rollout, *, round_key: str, phase: str, checkpoint_id: str, temperature: float) -> dict:

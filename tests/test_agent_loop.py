@@ -16,7 +16,7 @@ from clawloop_assets.agent_loop import (
 from clawloop_assets.synthesis import build_candidate, generator_spec, write_generator
 from clawloop_assets.task_bundle import load_task_bundle
 from resources.policy import Completion, PolicySession
-from resources.sandbox import BubblewrapSandbox
+from resources.sandbox import BubblewrapSandbox, SandboxError
 
 
 class ScriptedSession(PolicySession):
@@ -123,3 +123,26 @@ def test_multi_turn_rollouts_with_the_real_model_keep_exact_tokens(level0_task, 
         assert any(r.turns == 2 for r in rollouts)  # the loop went past the first turn
     finally:
         session.close()
+
+
+class FlakySandbox(BubblewrapSandbox):
+    """Fails to start the first `failures` sandboxes, then works."""
+
+    failures: int = 0
+
+    def run(self, argv, mounts, **kwargs):
+        if self.failures > 0:
+            object.__setattr__(self, "failures", self.failures - 1)
+            raise SandboxError("bwrap: simulated start failure")
+        return super().run(argv, mounts, **kwargs)
+
+
+def test_a_sandbox_that_fails_to_start_is_retried_then_excluded(level0_task, tmp_path):
+    settings = AgentSettings(max_turns=1)
+    (rollout,) = run_rollouts(ScriptedSession([oracle_command(level0_task) + "\n```"]), FlakySandbox(failures=2),
+                              [level0_task], 1, settings, tmp_path / "a", seed=0)
+    assert (rollout.status, rollout.reward) == ("scored", 1.0)  # two failures, then it ran
+
+    (lost,) = run_rollouts(ScriptedSession(["ls\n```"]), FlakySandbox(failures=3), [level0_task], 1, settings,
+                           tmp_path / "b", seed=0)
+    assert lost.status == "sandbox_error" and lost.reward is None and "after 3 attempts" in lost.error
