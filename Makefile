@@ -9,7 +9,7 @@ export OMP_WAIT_POLICY := PASSIVE
 export TOKENIZERS_PARALLELISM := false
 export HF_HUB_OFFLINE := 1
 
-.PHONY: setup sandbox-backend run test fast-test ui
+.PHONY: setup sandbox-backend run test fast-test bench ui
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,9 @@ test: setup
 fast-test: setup
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -m "not slow"
+
+bench: setup
+	$(BIN)/python -m benchmarks.run
 
 ui: setup
 	DAGSTER_HOME=$${DAGSTER_HOME:-$${CLAWLOOP_HOME:-$$HOME/.clawloop}/dagster} $(BIN)/dagster dev -w workspace.yaml

@@ -1,0 +1,25 @@
+"""`make bench`: every benchmark, printed as a table of ratios and written to
+benchmarks/results.json so a later run can be compared."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from benchmarks import sandbox_overhead
+
+RESULTS = Path(__file__).resolve().parent / "results.json"
+
+
+def main() -> None:
+    results = {}
+    results.update(sandbox_overhead.measure())
+    width = max(len(k) for k in results)
+    for key, value in sorted(results.items()):
+        print(f"{key:<{width}}  {value:.4g}")
+    RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    print(f"written to {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
