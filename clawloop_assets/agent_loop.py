@@ -81,6 +81,7 @@ class Rollout:
     last_output: str = ""
     done: bool = False
     submitted: bool = False
+    canary_seen: bool = False  # the task's canary showed up: the agent reached hidden files
     status: str = "scored"  # or "verifier_error" / "sandbox_error"
     reward: float | None = None
     error: str | None = None
@@ -230,6 +231,9 @@ def _act(rollout: Rollout, sandbox: Sandbox, settings: AgentSettings, *, is_last
             rollout.status, rollout.error, rollout.done = "sandbox_error", str(exc), True
             return
         rollout.sandbox_seconds += result.seconds
+        canary = rollout.task.canary
+        if canary and (canary in command or canary in result.output):
+            rollout.canary_seen = True
         rollout.exit_codes.append(result.exit_code)
         rollout.last_output = result.output[-2000:]
         observation = format_observation(result.exit_code, result.output, result.timed_out)
@@ -300,6 +304,7 @@ def rollout_row(rollout: Rollout, *, round_key: str, phase: str, checkpoint_id: 
         "error": rollout.error,
         "turns": rollout.turns,
         "submitted": rollout.submitted,
+        "canary_seen": rollout.canary_seen,
         "commands": rollout.commands,
         "exit_codes": rollout.exit_codes,
         "last_output": rollout.last_output,

@@ -99,6 +99,7 @@ class Rollouts(_RoundTable):
     error: Optional[str] = pa.Field(nullable=True)
     turns: int = pa.Field(ge=0)
     submitted: bool
+    canary_seen: bool  # flagged: excluded from admission counts and training
     commands: Annotated[pl.List, pl.Utf8()]
     exit_codes: Annotated[pl.List, pl.Int64()]
     last_output: str

@@ -9,6 +9,7 @@ validates.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -161,7 +162,9 @@ def build_candidate(
             max_turns=MAX_TURNS.get(spec.difficulty, max(MAX_TURNS.values())),
             command_timeout_s=COMMAND_TIMEOUT_S,
         )
-        load_task_bundle(staging)
+        load_task_bundle(staging)  # the generator's output is a valid bundle ...
+        plant_canary(staging, task_id)
+        load_task_bundle(staging)  # ... and still is with its canary
     except TaskBundleError as exc:
         return failure(f"malformed bundle: {exc}".replace(str(staging), task_id))
 
@@ -170,6 +173,28 @@ def build_candidate(
         shutil.rmtree(bundle_dir)  # the same candidate rebuilt: replace it whole
     staging.rename(bundle_dir)
     return CandidateBuild(task_id, bundle_dir, None, time.monotonic() - started)
+
+
+def canary_for(task_id: str) -> str:
+    """Deterministic per task (bundles rebuild byte-identically); the agent
+    never learns its task id, so it cannot derive it."""
+    return "CLAWLOOP-CANARY-" + hashlib.sha256(f"clawloop-canary/{task_id}".encode()).hexdigest()[:24]
+
+
+def plant_canary(bundle_root: Path, task_id: str) -> str:
+    """Put the task's canary in both hidden places: the answer key and tests/."""
+    canary = canary_for(task_id)
+    answer_path = bundle_root / "answer" / "answer.json"
+    try:
+        answer = json.loads(answer_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise TaskBundleError(f"{answer_path}: unreadable answer key: {exc}") from exc
+    if not isinstance(answer, dict):
+        raise TaskBundleError(f"{answer_path}: the answer key must be a JSON object")
+    answer["canary"] = canary
+    answer_path.write_text(json.dumps(answer, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    (bundle_root / "tests" / "CANARY").write_text(canary + "\n", encoding="utf-8")
+    return canary
 
 
 def _meta_format(meta_path: Path) -> str:

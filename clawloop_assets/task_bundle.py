@@ -66,6 +66,9 @@ class TaskBundle:
     max_turns: int
     command_timeout_s: float
     contract: dict[str, Any]  # the answer contract as data, from meta.json
+    # A string planted in the hidden files (answer key, tests/); seen in a
+    # trajectory, it means the agent reached what it must never read.
+    canary: str | None = None
 
     @property
     def instruction_path(self) -> Path:
@@ -210,6 +213,10 @@ def load_task_bundle(path: Path) -> TaskBundle:
     if not isinstance(checks, list) or not checks or not all(isinstance(c, dict) and "type" in c for c in checks):
         raise TaskBundleError(f"{answer_path}: field 'checks' must be a non-empty list of objects with a 'type'")
 
+    canary = answer.get("canary")
+    if canary is not None and (not isinstance(canary, str) or len(canary) < 16):
+        raise TaskBundleError(f"{answer_path}: field 'canary' must be a string of at least 16 characters")
+
     if not (root / "instruction.md").read_text(encoding="utf-8").strip():
         raise TaskBundleError(f"{root / 'instruction.md'}: empty instruction")
     return TaskBundle(
@@ -226,6 +233,7 @@ def load_task_bundle(path: Path) -> TaskBundle:
         max_turns=limits["max_turns"],
         command_timeout_s=float(limits["command_timeout_s"]),
         contract=contract,
+        canary=canary,
     )
 
 

@@ -13,10 +13,12 @@ TRAINING_COLUMNS = ["rollout_id", "group_id", "reward", "token_ids", "action_mas
 
 
 def _train_rollouts(rollouts: pl.DataFrame, train_task_ids: Iterable[str]) -> pl.DataFrame:
-    # Only scored rollouts: one lost to infrastructure leaves its group smaller, never counts as a failure.
+    # Only scored rollouts: one lost to infrastructure leaves its group smaller,
+    # never counts as a failure; one that saw the canary is never trained on.
     return rollouts.filter(
         (pl.col("phase") == "validation")
         & (pl.col("status") == "scored")
+        & ~pl.col("canary_seen").fill_null(False)  # NULL: rows from before the canary existed
         & pl.col("task_id").is_in(list(train_task_ids))
     ).rename({"task_id": "group_id"})
 

@@ -32,6 +32,28 @@ class WarehouseError(RuntimeError):
     pass
 
 
+def _columns(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:
+    rows = con.sql(
+        "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
+        params=[table],
+    ).fetchall()
+    return dict(rows)
+
+
+def _add_new_columns(con: duckdb.DuckDBPyConnection, table: str) -> None:
+    """A table written before its schema gained a column gets that column
+    (NULL in the old rows), so a newer loop can write to an older warehouse."""
+    existing = _columns(con, table)
+    missing = [c for c in polars_schema(table) if c not in existing]
+    if not missing:
+        return
+    empty = table_frame(table, [])  # noqa: F841 (read by DuckDB's replacement scan)
+    con.execute("CREATE OR REPLACE TEMP TABLE clawloop_typed AS SELECT * FROM empty")
+    types = _columns(con, "clawloop_typed")
+    for column in missing:
+        con.execute(f'ALTER TABLE {table} ADD COLUMN "{column}" {types[column]}')
+
+
 class Warehouse(dg.ConfigurableResource, ABC):
     @abstractmethod
     def replace(self, table: str, rows: pl.DataFrame, scope: Mapping[str, Any]) -> int:
@@ -87,6 +109,7 @@ class DuckDBWarehouse(Warehouse):
         with self.connect() as con:
             empty = table_frame(table, [])  # noqa: F841 (read by DuckDB's replacement scan)
             con.execute(f"CREATE TABLE IF NOT EXISTS {table} AS SELECT * FROM empty")
+            _add_new_columns(con, table)
             con.execute("BEGIN TRANSACTION")
             try:
                 con.execute(f"DELETE FROM {table} WHERE {clause}", list(scope.values()))

@@ -146,3 +146,16 @@ def test_a_sandbox_that_fails_to_start_is_retried_then_excluded(level0_task, tmp
     (lost,) = run_rollouts(ScriptedSession(["ls\n```"]), FlakySandbox(failures=3), [level0_task], 1, settings,
                            tmp_path / "b", seed=0)
     assert lost.status == "sandbox_error" and lost.reward is None and "after 3 attempts" in lost.error
+
+
+def test_the_canary_is_hidden_and_flags_a_trajectory_that_shows_it(level0_task, tmp_path):
+    canary = level0_task.canary
+    assert canary and (level0_task.tests_dir / "CANARY").read_text().strip() == canary
+    visible = [level0_task.instruction] + [p.read_text() for p in level0_task.environment_dir.rglob("*") if p.is_file()]
+    assert not any(canary in text for text in visible)
+    # The agent cannot read the hidden files; a trajectory that shows the canary anyway is flagged.
+    replies = ["cat /answer/answer.json /tests/CANARY\n```", f"echo {canary}\n```"]
+    honest, leaked = run_rollouts(ScriptedSession(replies), BubblewrapSandbox(), [level0_task], 2,
+                                  AgentSettings(max_turns=1), tmp_path, seed=0)
+    assert "No such file or directory" in honest.last_output and not honest.canary_seen
+    assert leaked.canary_seen

@@ -38,3 +38,16 @@ def test_list_columns_round_trip(tmp_path):
     row = {"round": "round-0001", "capability_id": "c", "track": "analysis", "description": "d", "skills": ["x", "y"]}
     warehouse.replace("capabilities", table_frame("capabilities", [row]), {"round": "round-0001"})
     assert warehouse.read("capabilities")["skills"].to_list() == [["x", "y"]]
+
+
+def test_a_table_from_an_older_schema_gains_the_new_columns(tmp_path):
+    import duckdb
+
+    path = tmp_path / "w.duckdb"
+    with duckdb.connect(str(path)) as con:  # task_splits as an older loop wrote it: no "split" column
+        con.execute("CREATE TABLE task_splits (round VARCHAR, task_id VARCHAR)")
+        con.execute("INSERT INTO task_splits VALUES ('round-0001', 'old')")
+    warehouse = DuckDBWarehouse(path=str(path))
+    warehouse.replace("task_splits", splits("round-0002", ("new", "train")), {"round": "round-0002"})
+    rows = {r["task_id"]: r["split"] for r in warehouse.read("task_splits").iter_rows(named=True)}
+    assert rows == {"old": None, "new": "train"}

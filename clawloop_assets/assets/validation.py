@@ -82,6 +82,7 @@ def rollout_metadata(rows: pl.DataFrame, cost, ref: PolicyRef) -> dict:
         "policy_checkpoint_id": ref.checkpoint_id,
         "rollouts": rows.height,
         "excluded_rollouts": rows.height - scored.height,
+        "canary_flagged_rollouts": int(rows["canary_seen"].sum()),
         "pass_rate": round(float(scored["reward"].mean()), 4) if scored.height else 0.0,
         "mean_turns": round(float(rows["turns"].mean()), 2) if rows.height else 0.0,
         "generated_tokens_per_second": round(cost.tokens / max(rows["model_seconds"].sum(), 1e-9), 1),
@@ -110,7 +111,9 @@ def admitted_tasks(context: dg.AssetExecutionContext, warehouse: Warehouse, loop
     rollouts = require_rows(warehouse, "rollouts", key, "validation_rollouts", phase="validation")
     rows = []
     for task_id, group in sorted(rollouts.group_by("task_id"), key=lambda kv: kv[0][0]):
-        rewards = [r if s == "scored" else None for r, s in zip(group["reward"], group["status"])]
+        # Rollouts lost to infrastructure or flagged by the canary are not judged.
+        rewards = [r if s == "scored" and not c else None
+                   for r, s, c in zip(group["reward"], group["status"], group["canary_seen"])]
         decision = decide_admission(rewards, band)
         rows.append({"round": key, "task_id": task_id[0], "pass_count": decision.pass_count,
                      "scored_rollouts": decision.scored_rollouts, "excluded_rollouts": decision.excluded_rollouts,
