@@ -37,6 +37,7 @@ class SandboxLimits:
     file_size_bytes: int = 64 << 20
     max_processes: int = 64
     output_bytes: int = 16 << 10  # head and tail halves are kept beyond this
+    tmp_bytes: int = 64 << 20  # size of the sandbox's private /tmp
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,10 @@ class BubblewrapSandbox(Sandbox):
                 for name in dirs + files:
                     os.lchown(os.path.join(root, name), self.sandbox_uid, self.sandbox_gid)
 
-    def command_line(self, argv: Sequence[str], mounts: Sequence[Mount], cwd: str, env: Mapping[str, str]) -> list[str]:
+    def command_line(
+        self, argv: Sequence[str], mounts: Sequence[Mount], cwd: str, env: Mapping[str, str],
+        limits: SandboxLimits = SandboxLimits(),
+    ) -> list[str]:
         args = [
             self._bwrap(),
             "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
@@ -123,7 +127,8 @@ class BubblewrapSandbox(Sandbox):
             "--symlink", "usr/lib64", "/lib64",
             "--dev", "/dev",
             "--proc", "/proc",
-            "--tmpfs", "/tmp",
+            # Sticky and world-writable: the dropped uid needs a /tmp (sort, mktemp, HOME).
+            "--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp",
             "--clearenv",
             "--setenv", "PATH", SANDBOX_PATH,
             "--setenv", "HOME", "/tmp",
@@ -155,7 +160,7 @@ class BubblewrapSandbox(Sandbox):
         env: Mapping[str, str] | None = None,
     ) -> CommandResult:
         limits = limits or SandboxLimits()
-        args = self.command_line(argv, mounts, cwd, env or {})
+        args = self.command_line(argv, mounts, cwd, env or {}, limits)
         self._own_writable(mounts)
 
         def apply_limits() -> None:

@@ -9,7 +9,8 @@ import pytest
 
 from resources.sandbox import BubblewrapSandbox, Mount, SandboxLimits
 
-sandbox = BubblewrapSandbox()
+# A uid of its own, so that "no process left" sees only these tests' sandboxes.
+sandbox = BubblewrapSandbox(sandbox_uid=64999, sandbox_gid=64999)
 
 
 def run(workspace: Path, command: str, **limits):
@@ -143,10 +144,17 @@ def test_kill_everything_inside_reaches_no_host_process(workspace):
 def test_nothing_carries_over_between_runs(workspace, tmp_path):
     other = tmp_path / "other"
     other.mkdir()
-    run(workspace, "echo left > /tmp/leftover; echo left > /dev/shm/leftover 2>/dev/null; sleep 30 &")
+    first = run(workspace, "echo left > /tmp/leftover && cat /tmp/leftover; echo left > /dev/shm/leftover 2>/dev/null; sleep 30 &")
+    assert first.output.startswith("left")
     result = run(other, "cat /tmp/leftover /dev/shm/leftover 2>&1; echo FDS; ls /proc/self/fd")
     before_fds, fds = result.output.split("FDS")
-    assert before_fds.count("No such file or directory") == 2
+    assert before_fds.count("No such file or directory") == 2  # /tmp/leftover was written, then thrown away
     # stdin, stdout, stderr and the directory ls itself opened: nothing inherited.
     assert set(fds.split()) <= {"0", "1", "2", "3"}
     assert sandbox_processes() == []
+
+
+def test_the_private_tmp_is_bounded(workspace):
+    result = run(workspace, "for i in 1 2 3; do head -c 50M /dev/zero > /tmp/fill$i || echo FULL; done",
+                 tmp_bytes=32 << 20, file_size_bytes=256 << 20)
+    assert "No space left on device" in result.output and "FULL" in result.output
