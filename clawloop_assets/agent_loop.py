@@ -11,7 +11,9 @@ training never re-tokenizes and observation tokens are never trained on.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -265,6 +267,8 @@ def _append_observation(session: PolicySession, rollout: Rollout, observation: s
 def _score(rollout: Rollout, sandbox: Sandbox) -> None:
     if rollout.status == "sandbox_error":
         return
+    if rollout.task.canary and workspace_contains(rollout.workspace, rollout.task.canary):
+        rollout.canary_seen = True
     try:
         verdict = with_sandbox_retries(lambda: run_verifier(sandbox, rollout.task, rollout.workspace))
     except SandboxError as exc:
@@ -276,6 +280,21 @@ def _score(rollout: Rollout, sandbox: Sandbox) -> None:
         rollout.reward = verdict.reward
     else:
         rollout.status, rollout.error = "verifier_error", verdict.error
+
+
+def workspace_contains(workspace: Path, needle: str, max_bytes: int = 1 << 20) -> bool:
+    """Whether any regular file the agent left holds `needle` in its first
+    `max_bytes`. Links are never followed: they may point anywhere on the host."""
+    data = needle.encode()
+    for root, _dirs, files in os.walk(workspace, followlinks=False):
+        for name in files:
+            path = os.path.join(root, name)
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                continue
+            with open(path, "rb") as f:
+                if data in f.read(max_bytes):
+                    return True
+    return False
 
 
 def with_sandbox_retries(call: Callable[[], T], attempts: int = SANDBOX_ATTEMPTS) -> T:

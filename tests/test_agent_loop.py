@@ -154,8 +154,12 @@ def test_the_canary_is_hidden_and_flags_a_trajectory_that_shows_it(level0_task, 
     visible = [level0_task.instruction] + [p.read_text() for p in level0_task.environment_dir.rglob("*") if p.is_file()]
     assert not any(canary in text for text in visible)
     # The agent cannot read the hidden files; a trajectory that shows the canary anyway is flagged.
-    replies = ["cat /answer/answer.json /tests/CANARY\n```", f"echo {canary}\n```"]
-    honest, leaked = run_rollouts(ScriptedSession(replies), BubblewrapSandbox(), [level0_task], 2,
-                                  AgentSettings(max_turns=1), tmp_path, seed=0)
+    half = len(canary) // 2  # built from halves: the whole never appears in the command or its output
+    replies = ["cat /answer/answer.json /tests/CANARY\n```", f"echo {canary}\n```",
+               f"printf '%s%s' '{canary[:half]}' '{canary[half:]}' > notes.txt\n```"]
+    honest, shown, written = run_rollouts(ScriptedSession(replies), BubblewrapSandbox(), [level0_task], 3,
+                                          AgentSettings(max_turns=1), tmp_path, seed=0)
     assert "No such file or directory" in honest.last_output and not honest.canary_seen
-    assert leaked.canary_seen
+    assert shown.canary_seen  # in the command and its output
+    assert canary not in written.commands[0] and canary not in written.last_output
+    assert written.canary_seen  # left in the final workspace
