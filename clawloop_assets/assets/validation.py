@@ -70,9 +70,10 @@ def collect_rollouts(context, warehouse, sandbox, policy: PolicyModel, ref: Poli
                 for r in rollouts]
         cost.rollouts = len(rows)
         cost.tokens = sum(r["generated_tokens"] for r in rows)
-    warehouse.replace("rollouts", table_frame("rollouts", rows), {"round": key, "phase": phase})
+    frame = table_frame("rollouts", rows)
+    warehouse.replace("rollouts", frame, {"round": key, "phase": phase})
     record_cost(warehouse, key, cost)
-    return table_frame("rollouts", rows), cost
+    return frame, cost
 
 
 def rollout_metadata(rows: pl.DataFrame, cost, ref: PolicyRef) -> dict:
