@@ -9,7 +9,7 @@ export OMP_WAIT_POLICY := PASSIVE
 export TOKENIZERS_PARALLELISM := false
 export HF_HUB_OFFLINE := 1
 
-.PHONY: setup sandbox-backend run test fast-test bench ui
+.PHONY: setup sandbox-backend docker-backend run test fast-test bench ui
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,17 +23,22 @@ sandbox-backend:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; \
 	  else echo "bubblewrap is missing: sudo apt-get install bubblewrap" >&2; exit 1; fi; }
 
+# The production sandbox backend: the Docker engine and the harness image,
+# built without a registry. `make test` runs the security suite on it too.
+docker-backend:
+	sandbox_images/docker_backend.sh
+
 setup: $(BIN)/.installed sandbox-backend
 	$(BIN)/clawloop setup
 
 run: setup
 	$(BIN)/clawloop run --rounds $(ROUNDS)
 
-test: setup
+test: setup docker-backend
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
-fast-test: setup
+fast-test: setup docker-backend
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -m "not slow"
 

@@ -10,10 +10,11 @@ import shutil
 import signal
 import subprocess
 import time
+import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import dagster as dg
 
@@ -97,19 +98,6 @@ class BubblewrapSandbox(Sandbox):
     def _as_root(self) -> bool:
         return os.geteuid() == 0
 
-    def _own_writable(self, mounts: Sequence[Mount]) -> None:
-        # The dropped uid must be able to write its workspace. lchown: never
-        # follow a link the previous command may have planted.
-        if not self._as_root():
-            return
-        for mount in mounts:
-            if not mount.writable:
-                continue
-            os.lchown(mount.host, self.sandbox_uid, self.sandbox_gid)
-            for root, dirs, files in os.walk(mount.host, followlinks=False):
-                for name in dirs + files:
-                    os.lchown(os.path.join(root, name), self.sandbox_uid, self.sandbox_gid)
-
     def command_line(
         self, argv: Sequence[str], mounts: Sequence[Mount], cwd: str, env: Mapping[str, str],
         limits: SandboxLimits = SandboxLimits(),
@@ -161,7 +149,8 @@ class BubblewrapSandbox(Sandbox):
     ) -> CommandResult:
         limits = limits or SandboxLimits()
         args = self.command_line(argv, mounts, cwd, env or {}, limits)
-        self._own_writable(mounts)
+        if self._as_root():
+            own_writable_mounts(mounts, self.sandbox_uid, self.sandbox_gid)
 
         def apply_limits() -> None:
             resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds))
@@ -170,7 +159,6 @@ class BubblewrapSandbox(Sandbox):
             resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_processes, limits.max_processes))
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
-        started = time.monotonic()
         try:
             proc = subprocess.Popen(
                 args,
@@ -183,44 +171,157 @@ class BubblewrapSandbox(Sandbox):
             )
         except OSError as exc:
             raise SandboxError(f"could not start bubblewrap: {exc}") from exc
-        capture = _CappedOutput(limits.output_bytes)
-        timed_out = False
-        deadline = started + limits.wall_seconds
-        fd = proc.stdout.fileno()
-        try:
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    timed_out = True
-                    break
-                ready, _, _ = select.select([fd], [], [], min(remaining, 0.5))
-                if ready:
-                    chunk = os.read(fd, 65536)
-                    if not chunk:
-                        break
-                    capture.add(chunk)
-        finally:
-            if timed_out or proc.poll() is None:
-                _kill_group(proc)
-            proc.stdout.close()
-        exit_code = proc.wait()
-        seconds = time.monotonic() - started
-        output = capture.text()
-        if not timed_out and exit_code != 0 and output.startswith("bwrap:"):
+        # bwrap runs with --die-with-parent and is pid 1 of its namespace:
+        # killing its group kills everything the command started.
+        result = _collect(proc, limits, kill=lambda: _kill_group(proc))
+        if not result.timed_out and result.exit_code != 0 and result.output.startswith("bwrap:"):
             # bwrap's own failure (bad mount, no namespaces): not the command's.
-            raise SandboxError(f"bubblewrap failed to start the sandbox: {output.strip()}")
-        return CommandResult(
-            exit_code=None if timed_out else exit_code,
-            output=output,
-            truncated=capture.truncated,
-            timed_out=timed_out,
-            seconds=seconds,
-        )
+            raise SandboxError(f"bubblewrap failed to start the sandbox: {result.output.strip()}")
+        return result
+
+
+def own_writable_mounts(mounts: Sequence[Mount], uid: int, gid: int) -> None:
+    """Hand the writable mounts to the unprivileged uid a command runs as.
+    lchown: never follow a link an earlier command may have planted."""
+    for mount in mounts:
+        if not mount.writable:
+            continue
+        os.lchown(mount.host, uid, gid)
+        for root, dirs, files in os.walk(mount.host, followlinks=False):
+            for name in dirs + files:
+                os.lchown(os.path.join(root, name), uid, gid)
+
+
+class DockerSandbox(Sandbox):
+    """One container per command from the harness image
+    (`sandbox_images/harness`): no network, read-only root, a private bounded
+    /tmp and /dev/shm, memory, pid and rlimits, every capability dropped, an
+    unprivileged uid, and only the given mounts writable. The command's output
+    is streamed from the attached client and never stored by the engine."""
+
+    image: str = "clawloop/harness:latest"
+    sandbox_uid: int = 65534
+    sandbox_gid: int = 65534
+    docker: str = "docker"
+
+    def _docker(self) -> str:
+        path = shutil.which(self.docker)
+        if path is None:
+            raise SandboxUnavailable(
+                f"the Docker client ({self.docker}) is not installed: run `make docker-backend` "
+                "(apt-get install docker.io, start dockerd, build the harness image)"
+            )
+        return path
+
+    def check_available(self) -> None:
+        """Raise SandboxUnavailable naming the fix when the engine or the image is missing."""
+        probe = subprocess.run([self._docker(), "image", "inspect", "--format", "{{.Id}}", self.image],
+                               capture_output=True, text=True, timeout=60)
+        if probe.returncode != 0:
+            raise SandboxUnavailable(
+                f"Docker cannot run the harness image {self.image}: {probe.stderr.strip()} "
+                "(run `make docker-backend` to start the engine and build the image)"
+            )
+
+    def command_line(
+        self, argv: Sequence[str], mounts: Sequence[Mount], cwd: str, env: Mapping[str, str], limits: SandboxLimits,
+        name: str,
+    ) -> list[str]:
+        uid, gid = (self.sandbox_uid, self.sandbox_gid) if os.geteuid() == 0 else (os.getuid(), os.getgid())
+        args = [
+            self._docker(), "run", "--rm", "--name", name,
+            "--network", "none", "--hostname", "sandbox", "--ipc", "private",
+            "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+            "--user", f"{uid}:{gid}", "--init",
+            "--memory", str(limits.memory_bytes), "--memory-swap", str(limits.memory_bytes),
+            "--pids-limit", str(limits.max_processes),
+            "--ulimit", f"cpu={limits.cpu_seconds}:{limits.cpu_seconds}",
+            "--ulimit", f"fsize={limits.file_size_bytes}:{limits.file_size_bytes}",
+            "--ulimit", "core=0:0",
+            "--tmpfs", f"/tmp:rw,exec,mode=1777,size={limits.tmp_bytes}",
+            "--shm-size", str(limits.tmp_bytes),
+            "--log-driver", "none",  # output is read from the attached stream, never kept by the engine
+            "--env", f"PATH={SANDBOX_PATH}", "--env", "HOME=/tmp", "--env", "LANG=C.UTF-8",
+        ]
+        for key, value in env.items():
+            args += ["--env", f"{key}={value}"]
+        for mount in mounts:
+            if not Path(mount.host).exists():
+                raise SandboxError(f"mount source {mount.host} does not exist")
+            options = "" if mount.writable else ",readonly"
+            # --mount, not -v: a missing source is an error, never silently created.
+            args += ["--mount", f"type=bind,source={Path(mount.host).resolve()},target={mount.target}{options}"]
+        return args + ["--workdir", cwd, self.image, *argv]
+
+    def run(
+        self,
+        argv: Sequence[str],
+        mounts: Sequence[Mount],
+        *,
+        cwd: str = "/workspace",
+        limits: SandboxLimits | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> CommandResult:
+        limits = limits or SandboxLimits()
+        name = f"clawloop-sandbox-{uuid.uuid4().hex[:16]}"
+        args = self.command_line(argv, mounts, cwd, env or {}, limits, name)
+        if os.geteuid() == 0:
+            own_writable_mounts(mounts, self.sandbox_uid, self.sandbox_gid)
+        try:
+            proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    start_new_session=True, close_fds=True)
+        except OSError as exc:
+            raise SandboxError(f"could not start the Docker client: {exc}") from exc
+
+        def kill() -> None:
+            # The client first: while it is attached and not read, the engine
+            # blocks on the container's output and cannot remove it. Killing
+            # the client leaves the container running: remove it by name.
+            _kill_group(proc)
+            subprocess.run([self._docker(), "rm", "--force", name], capture_output=True, timeout=60)
+
+        result = _collect(proc, limits, kill=kill)
+        if result.exit_code == 125:
+            # Docker's own failure (daemon unreachable, bad mount, missing image), not the command's.
+            raise SandboxError(f"docker failed to start the sandbox: {result.output.strip()[-2000:]}")
+        return result
+
+
+def _collect(proc: subprocess.Popen, limits: SandboxLimits, kill: Callable[[], None]) -> CommandResult:
+    """Read a sandbox process's output, capped, until it exits or the wall
+    timeout passes; `kill` stops everything the command started."""
+    started = time.monotonic()
+    capture = _CappedOutput(limits.output_bytes)
+    timed_out = False
+    deadline = started + limits.wall_seconds
+    fd = proc.stdout.fileno()
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            ready, _, _ = select.select([fd], [], [], min(remaining, 0.5))
+            if ready:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                capture.add(chunk)
+    finally:
+        if timed_out or proc.poll() is None:
+            kill()
+        proc.stdout.close()
+    exit_code = proc.wait()
+    return CommandResult(
+        exit_code=None if timed_out else exit_code,
+        output=capture.text(),
+        truncated=capture.truncated,
+        timed_out=timed_out,
+        seconds=time.monotonic() - started,
+    )
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    # bwrap runs with --die-with-parent and is pid 1 of its namespace: killing
-    # the group kills everything the command started.
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:

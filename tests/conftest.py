@@ -23,3 +23,29 @@ def clawloop_home(tmp_path, monkeypatch):
     monkeypatch.setenv("CLAWLOOP_MODEL_CACHE", str(MODEL_CACHE))
     monkeypatch.setenv("CLAWLOOP_HOME", str(tmp_path / "home"))
     return tmp_path / "home"
+
+
+def docker_sandbox(**overrides):
+    """The Docker backend, or a skip naming why it cannot run here. In CI
+    (`make test` installs and starts the engine) a missing engine fails."""
+    import os
+
+    from resources.sandbox import DockerSandbox, SandboxUnavailable
+
+    sandbox = DockerSandbox(**overrides)
+    try:
+        sandbox.check_available()
+    except SandboxUnavailable as exc:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(str(exc))
+    return sandbox
+
+
+SANDBOX_BACKENDS = ["bubblewrap", pytest.param("docker", marks=pytest.mark.slow)]
+
+
+def make_sandbox(backend: str, **overrides):
+    from resources.sandbox import BubblewrapSandbox
+
+    return BubblewrapSandbox(**overrides) if backend == "bubblewrap" else docker_sandbox(**overrides)

@@ -1,5 +1,6 @@
 """Rewards that cannot be forged: what an agent can leave in its workspace
-never changes a reward, and verification is deterministic."""
+never changes a reward, and verification is deterministic, on each sandbox
+backend (bubblewrap; Docker in the slow suite) and identical across them."""
 
 import json
 import shutil
@@ -11,9 +12,10 @@ from clawloop_assets.catalogs import load_capability_catalog, load_domain_catalo
 from clawloop_assets.synthesis import build_candidate, generator_spec, write_generator
 from clawloop_assets.task_bundle import load_task_bundle
 from clawloop_assets.verification import run_verifier
+from conftest import SANDBOX_BACKENDS, docker_sandbox, make_sandbox
 from resources.sandbox import BubblewrapSandbox, Mount
 
-sandbox = BubblewrapSandbox()
+bubblewrap = BubblewrapSandbox()
 CASES = [(c.id, level) for c in load_capability_catalog() for level in (0, 2)]
 
 # Files an agent could plant to hijack a Python verifier, or to pose as its result.
@@ -37,13 +39,18 @@ def bundles(tmp_path_factory):
     for capability, level in CASES:
         spec = generator_spec(capabilities[capability], domain, level)
         generator = write_generator(spec, root / "generators" / spec.generator_id)
-        build = build_candidate(sandbox, generator, spec, 11, "round-0001", root / "tasks")
+        build = build_candidate(bubblewrap, generator, spec, 11, "round-0001", root / "tasks")
         assert build.error is None, build.error
         built[(capability, level)] = load_task_bundle(build.bundle_dir)
     return built
 
 
-def workspace_of(bundle, tmp_path: Path, solved: bool) -> Path:
+@pytest.fixture(params=SANDBOX_BACKENDS)
+def sandbox(request):
+    return make_sandbox(request.param)
+
+
+def workspace_of(bundle, tmp_path: Path, solved: bool, sandbox=bubblewrap) -> Path:
     workspace = tmp_path / "workspace"
     shutil.copytree(bundle.environment_dir, workspace)
     if solved:
@@ -54,10 +61,10 @@ def workspace_of(bundle, tmp_path: Path, solved: bool) -> Path:
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-L{c[1]}")
-def test_no_op_fails_oracle_passes_and_verdicts_repeat(bundles, tmp_path, case):
+def test_no_op_fails_oracle_passes_and_verdicts_repeat(sandbox, bundles, tmp_path, case):
     bundle = bundles[case]
-    untouched = workspace_of(bundle, tmp_path / "noop", solved=False)
-    solved = workspace_of(bundle, tmp_path / "oracle", solved=True)
+    untouched = workspace_of(bundle, tmp_path / "noop", solved=False, sandbox=sandbox)
+    solved = workspace_of(bundle, tmp_path / "oracle", solved=True, sandbox=sandbox)
     for workspace, reward in ((untouched, 0.0), (solved, 1.0)):
         verdicts = [run_verifier(sandbox, bundle, workspace) for _ in range(3)]
         assert {(v.status, v.reward) for v in verdicts} == {("scored", reward)}
@@ -65,7 +72,7 @@ def test_no_op_fails_oracle_passes_and_verdicts_repeat(bundles, tmp_path, case):
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-L{c[1]}")
-def test_planted_files_never_change_a_reward(bundles, tmp_path, case):
+def test_planted_files_never_change_a_reward(sandbox, bundles, tmp_path, case):
     bundle = bundles[case]
     workspace = workspace_of(bundle, tmp_path, solved=False)
     for name, text in FORGERIES.items():
@@ -76,7 +83,7 @@ def test_planted_files_never_change_a_reward(bundles, tmp_path, case):
     assert (verdict.status, verdict.reward) == ("scored", 0.0)
 
 
-def test_a_deliverable_linked_to_the_answer_key_is_not_followed(bundles, tmp_path):
+def test_a_deliverable_linked_to_the_answer_key_is_not_followed(sandbox, bundles, tmp_path):
     # The agent never sees /answer, but a link it leaves resolves inside the
     # verifier's sandbox: the verifier must not follow it.
     bundle = bundles[("grouped_statistics", 0)]
@@ -90,3 +97,18 @@ def test_a_deliverable_linked_to_the_answer_key_is_not_followed(bundles, tmp_pat
             target.symlink_to("/answer/answer.json")
     verdict = run_verifier(sandbox, bundle, workspace)
     assert (verdict.status, verdict.reward) == ("scored", 0.0)
+
+
+@pytest.mark.slow
+def test_both_backends_give_identical_verdicts(bundles, tmp_path):
+    # The same tasks, solved and not, on bubblewrap and on Docker: the same
+    # rewards and the same checks, down to each check's message.
+    docker = docker_sandbox()
+    for (capability, level), bundle in bundles.items():
+        for solved in (False, True):
+            verdicts = []
+            for name, backend in (("bubblewrap", bubblewrap), ("docker", docker)):
+                workspace = workspace_of(bundle, tmp_path / f"{capability}-{level}-{solved}-{name}", solved, backend)
+                verdict = run_verifier(backend, bundle, workspace)
+                verdicts.append((verdict.status, verdict.reward, verdict.checks))
+            assert verdicts[0] == verdicts[1], (capability, level, solved)
