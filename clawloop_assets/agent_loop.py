@@ -21,7 +21,7 @@ from typing import Callable, Sequence, TypeVar
 
 from clawloop_assets.task_bundle import TaskBundle
 from clawloop_assets.verification import run_verifier
-from resources.policy import PolicySession, SamplingParams
+from resources.policy import PolicyServerError, PolicySession, SamplingParams
 from resources.sandbox import Mount, Sandbox, SandboxError, SandboxLimits
 
 T = TypeVar("T")
@@ -84,7 +84,7 @@ class Rollout:
     done: bool = False
     submitted: bool = False
     canary_seen: bool = False  # the task's canary showed up: the agent reached hidden files
-    status: str = "scored"  # or "verifier_error" / "sandbox_error"
+    status: str = "scored"  # or "verifier_error" / "sandbox_error" / "policy_error": excluded, never scored
     reward: float | None = None
     error: str | None = None
     verifier_checks: list[dict] = field(default_factory=list)
@@ -154,6 +154,8 @@ def run_rollouts(
         else:
             _next_turn(session, active, settings, seed + 7919 * turn, progress)
         for rollout in active:
+            if rollout.done:  # lost to the policy server this turn
+                continue
             # The bundle's own turn limit holds when it is tighter than the configured one.
             last = min(settings.max_turns, rollout.task.max_turns) - 1
             _act(rollout, sandbox, settings, is_last_turn=turn >= last, session=session)
@@ -174,7 +176,7 @@ def _first_turn(session, tasks, rollouts, n, settings, seed, progress) -> None:
             for task in chunk
         ]
         started = time.monotonic()
-        completions = session.sample(prompts, n, settings.sampling(seed + start))
+        completions, error = _sample(session, prompts, n, settings.sampling(seed + start))
         elapsed = time.monotonic() - started
         for offset, task in enumerate(chunk):
             for index in range(n):
@@ -183,7 +185,10 @@ def _first_turn(session, tasks, rollouts, n, settings, seed, progress) -> None:
                 rollout.extend(prompts[offset], sampled=False)
                 rollout.prompt_tokens = len(prompts[offset])
                 rollout.model_seconds += elapsed / (len(chunk) * n)
-                _record_reply(rollout, completions[offset][index])
+                if error:
+                    rollout.status, rollout.error, rollout.done = "policy_error", error, True
+                else:
+                    _record_reply(rollout, completions[offset][index])
         progress(f"sampled {min(start + per_chunk, len(tasks))}/{len(tasks)} tasks x {n} in {elapsed:.1f}s")
 
 
@@ -191,12 +196,24 @@ def _next_turn(session, active: list[Rollout], settings, seed, progress) -> None
     for start in range(0, len(active), SEQUENCES_PER_CALL):
         chunk = active[start : start + SEQUENCES_PER_CALL]
         started = time.monotonic()
-        completions = session.sample([r.token_ids for r in chunk], 1, settings.sampling(seed + start))
+        completions, error = _sample(session, [r.token_ids for r in chunk], 1, settings.sampling(seed + start))
         elapsed = time.monotonic() - started
-        for rollout, samples in zip(chunk, completions):
+        for index, rollout in enumerate(chunk):
             rollout.model_seconds += elapsed / len(chunk)
-            _record_reply(rollout, samples[0])
+            if error:
+                rollout.status, rollout.error, rollout.done = "policy_error", error, True
+            else:
+                _record_reply(rollout, completions[index][0])
         progress(f"sampled {min(start + SEQUENCES_PER_CALL, len(active))}/{len(active)} rollouts in {elapsed:.1f}s")
+
+
+def _sample(session: PolicySession, prompts, n: int, params: SamplingParams):
+    """Completions, or the error that lost them. The server client has already
+    retried; what still fails is excluded from its group, never scored."""
+    try:
+        return session.sample(prompts, n, params), None
+    except PolicyServerError as exc:
+        return None, str(exc)
 
 
 def _record_reply(rollout: Rollout, completion) -> None:
@@ -265,7 +282,7 @@ def _append_observation(session: PolicySession, rollout: Rollout, observation: s
 
 
 def _score(rollout: Rollout, sandbox: Sandbox) -> None:
-    if rollout.status == "sandbox_error":
+    if rollout.status in ("sandbox_error", "policy_error"):
         return
     if rollout.task.canary and workspace_contains(rollout.workspace, rollout.task.canary):
         rollout.canary_seen = True

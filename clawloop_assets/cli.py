@@ -58,6 +58,28 @@ def why_stopped(result) -> str:
     return "; ".join(reasons) or "unknown reason"
 
 
+def run_rounds_with(count: int, policy: str, sandbox: str) -> list[dict]:
+    """Run rounds on the chosen backends. `vllm` starts a local vLLM server
+    (from `make vllm-backend`'s environment) for the duration and points the
+    OpenAI-compatible policy at it."""
+    os.environ["CLAWLOOP_SANDBOX"] = sandbox
+    if sandbox == "docker":
+        from resources.sandbox import DockerSandbox
+
+        DockerSandbox().check_available()  # raises with the fix before a round starts
+    if policy != "vllm":
+        os.environ["CLAWLOOP_POLICY"] = policy
+        return run_rounds(count)
+    from resources.embedded_model import ensure_base_model
+    from resources.vllm_server import VLLMServer
+
+    with VLLMServer() as server:
+        print(f"starting the vLLM server (log: {server.log_path})", flush=True)
+        os.environ["CLAWLOOP_POLICY_URL"] = server.start(ensure_base_model(paths.model_cache_dir()))
+        os.environ["CLAWLOOP_POLICY"] = "openai"
+        return run_rounds(count)
+
+
 def run_rounds(count: int) -> list[dict]:
     prepare_dagster_home()
     import dagster as dg
@@ -94,13 +116,17 @@ def main(argv: list[str] | None = None) -> None:
     commands.add_parser("setup", help="check the sandbox and prepare the embedded model")
     run = commands.add_parser("run", help="run the next round(s) of the loop")
     run.add_argument("--rounds", type=int, default=1)
+    run.add_argument("--policy", choices=["embedded", "vllm", "openai"], default=os.environ.get("CLAWLOOP_POLICY", "embedded"),
+                     help="embedded: transformers in-process; vllm: start a local vLLM server for the run; "
+                          "openai: the server at $CLAWLOOP_POLICY_URL")
+    run.add_argument("--sandbox", choices=["bubblewrap", "docker"], default=os.environ.get("CLAWLOOP_SANDBOX", "bubblewrap"))
     args = parser.parse_args(argv)
     if args.command == "setup":
         setup()
     elif args.command == "run":
         if args.rounds < 1:
             parser.error("--rounds must be at least 1")
-        run_rounds(args.rounds)
+        run_rounds_with(args.rounds, args.policy, args.sandbox)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ from clawloop_assets import checks
 from clawloop_assets.assets import diagnosis, synthesis, training, validation
 from clawloop_assets.loop_config import LoopConfig
 from resources.embedded_policy import EmbeddedPolicyModel
-from resources.sandbox import BubblewrapSandbox
+from resources.openai_policy import OpenAICompatiblePolicyModel
+from resources.sandbox import BubblewrapSandbox, DockerSandbox
 from resources.training_launcher import SubprocessTrainingLauncher
 from resources.warehouse import DuckDBWarehouse
 
@@ -23,22 +24,32 @@ round_job = dg.define_asset_job(
     description="One whole round of the loop: synthesize, validate, admit, train, diagnose.",
 )
 
-# One dict per profile, picked by one environment variable; production
-# backends (vLLM, Docker, K8s) slot in here without touching an asset.
-RESOURCES_LAPTOP = {
-    "policy": EmbeddedPolicyModel(),
-    "sandbox": BubblewrapSandbox(),
-    "warehouse": DuckDBWarehouse(),
-    "training_launcher": SubprocessTrainingLauncher(),
-    "loop": LoopConfig(),
-}
-RESOURCES_BY_PROFILE = {"laptop": RESOURCES_LAPTOP}
+# The backends, each chosen by one environment variable: the round's assets
+# see only the Sandbox and PolicyModel interfaces.
+SANDBOX_BACKENDS = {"bubblewrap": BubblewrapSandbox, "docker": DockerSandbox}
+# "openai": any OpenAI-compatible server at $CLAWLOOP_POLICY_URL (a vLLM
+# server; `clawloop run --policy vllm` starts one here and sets the URL).
+POLICY_BACKENDS = {"embedded": EmbeddedPolicyModel, "openai": OpenAICompatiblePolicyModel}
+
+
+def _backend(variable: str, choices: dict, default: str):
+    name = os.environ.get(variable, default)
+    if name not in choices:
+        raise ValueError(f"{variable}={name!r} is unknown; choose one of {sorted(choices)}")
+    return choices[name]()
 
 
 def resources_for(profile: str) -> dict:
-    if profile not in RESOURCES_BY_PROFILE:
-        raise ValueError(f"CLAWLOOP_PROFILE={profile!r} is unknown; choose one of {sorted(RESOURCES_BY_PROFILE)}")
-    return RESOURCES_BY_PROFILE[profile]
+    """The resources of a profile; only "laptop" for now."""
+    if profile != "laptop":
+        raise ValueError(f"CLAWLOOP_PROFILE={profile!r} is unknown; choose one of ['laptop']")
+    return {
+        "policy": _backend("CLAWLOOP_POLICY", POLICY_BACKENDS, "embedded"),
+        "sandbox": _backend("CLAWLOOP_SANDBOX", SANDBOX_BACKENDS, "bubblewrap"),
+        "warehouse": DuckDBWarehouse(),
+        "training_launcher": SubprocessTrainingLauncher(),
+        "loop": LoopConfig(),
+    }
 
 
 defs = dg.Definitions(

@@ -10,7 +10,8 @@ import polars as pl
 
 ROUND_KEY = r"^round-\d{4}$"
 ROLLOUT_PHASES = ["validation", "heldout_before", "heldout_after"]
-ROLLOUT_STATUSES = ["scored", "verifier_error", "sandbox_error"]
+# Only "scored" rollouts count; the others failed for infrastructure reasons and are excluded.
+ROLLOUT_STATUSES = ["scored", "verifier_error", "sandbox_error", "policy_error"]
 ROOT_CAUSES = [
     "misread_task",
     "wrong_tool",

@@ -20,7 +20,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 from clawloop_assets import paths
 from clawloop_assets.checkpoints import verify_checkpoint
 from resources.embedded_model import ensure_base_model
-from resources.policy import Completion, PolicyModel, PolicySession, SamplingParams
+from resources.policy import Completion, PolicyModel, PolicySession, SamplingParams, end_of_turn_ids
 
 
 class EmbeddedPolicyModel(PolicyModel):
@@ -137,12 +137,7 @@ class TransformersPolicySession(PolicySession):
         self.tokenizer = tokenizer
         self.max_batch_sequences = max_batch_sequences
         self.prefix_cache = _PrefixCache(prefix_cache_tokens)
-        candidates = [tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")]
-        generation_eos = getattr(model.generation_config, "eos_token_id", None)
-        candidates += generation_eos if isinstance(generation_eos, list) else [generation_eos]
-        self.eos_token_ids = frozenset(
-            i for i in candidates if isinstance(i, int) and i >= 0 and i != tokenizer.unk_token_id
-        )
+        self.eos_token_ids = end_of_turn_ids(tokenizer, getattr(model.generation_config, "eos_token_id", None))
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)

@@ -30,6 +30,19 @@ class Completion:
     finish_reason: str  # "stop" | "length"
 
 
+class PolicyServerError(RuntimeError):
+    """The policy server is unreachable, failed, or answered with something
+    unusable: an infrastructure failure, never the agent's."""
+
+
+def end_of_turn_ids(tokenizer, generation_eos=None) -> frozenset[int]:
+    """Token ids that end a sample: the tokenizer's EOS, the chat template's
+    end of turn, and the generation config's EOS ids."""
+    candidates = [tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    candidates += generation_eos if isinstance(generation_eos, list) else [generation_eos]
+    return frozenset(i for i in candidates if isinstance(i, int) and i >= 0 and i != tokenizer.unk_token_id)
+
+
 class PolicySession(ABC):
     """One loaded checkpoint, ready to sample. Token ids in, token ids out, so
     the trainer never re-tokenizes what was sampled."""

@@ -163,3 +163,33 @@ def test_the_canary_is_hidden_and_flags_a_trajectory_that_shows_it(level0_task, 
     assert shown.canary_seen  # in the command and its output
     assert canary not in written.commands[0] and canary not in written.last_output
     assert written.canary_seen  # left in the final workspace
+
+
+class DownServerSession(ScriptedSession):
+    """A policy whose server stops answering after `answers` sample calls."""
+
+    def __init__(self, replies, answers: int):
+        super().__init__(replies)
+        self.answers = answers
+
+    def sample(self, prompts, n, params):
+        if self.answers == 0:
+            from resources.policy import PolicyServerError
+
+            raise PolicyServerError("the policy server at http://127.0.0.1:9/v1 failed 3 times: ConnectionError")
+        self.answers -= 1
+        return super().sample(prompts, n, params)
+
+
+def test_rollouts_lost_to_the_policy_server_are_excluded_not_scored(level0_task, tmp_path):
+    # First turn answered, second turn lost: the rollouts are excluded with the
+    # server's error, never given a reward of 0.
+    session = DownServerSession(["ls\n```"] * 2, answers=1)
+    rollouts = run_rollouts(session, BubblewrapSandbox(), [level0_task], 2, AgentSettings(max_turns=2), tmp_path, seed=0)
+    for rollout in rollouts:
+        assert rollout.status == "policy_error" and rollout.reward is None
+        assert "127.0.0.1:9" in rollout.error
+        assert rollout.commands == ["ls"]  # the answered turn ran
+    lost_first = run_rollouts(DownServerSession([], answers=0), BubblewrapSandbox(), [level0_task], 2,
+                              AgentSettings(max_turns=1), tmp_path / "first", seed=0)
+    assert [(r.status, r.reward, r.commands) for r in lost_first] == [("policy_error", None, [])] * 2

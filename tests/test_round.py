@@ -5,12 +5,14 @@ import json
 
 import dagster as dg
 import pytest
+from conftest import docker_sandbox
 
 from clawloop_assets.cli import why_stopped
-from clawloop_assets.definitions import defs, gate_checks, round_assets
+from clawloop_assets.definitions import defs, gate_checks, resources_for, round_assets
 from clawloop_assets.loop_config import LoopConfig
 from resources.embedded_policy import EmbeddedPolicyModel
-from resources.sandbox import BubblewrapSandbox
+from resources.openai_policy import OpenAICompatiblePolicyModel
+from resources.sandbox import BubblewrapSandbox, DockerSandbox
 from resources.training_launcher import SubprocessTrainingLauncher
 from resources.warehouse import DuckDBWarehouse
 
@@ -29,25 +31,51 @@ SMALL_ROUND = LoopConfig(
 )
 
 
-def round_resources(loop):
+def round_resources(loop, policy=None, sandbox=None):
     return {
-        "policy": EmbeddedPolicyModel(),
-        "sandbox": BubblewrapSandbox(),
+        "policy": policy or EmbeddedPolicyModel(),
+        "sandbox": sandbox or BubblewrapSandbox(),
         "warehouse": DuckDBWarehouse(),
         "training_launcher": SubprocessTrainingLauncher(),
         "loop": loop,
     }
 
 
-def materialize_round(instance, round_key, loop=SMALL_ROUND, selection=None):
+def materialize_round(instance, round_key, loop=SMALL_ROUND, selection=None, **backends):
     instance.add_dynamic_partitions("rounds", [round_key])
     return dg.materialize([*round_assets, *gate_checks], partition_key=round_key, instance=instance,
-                          resources=round_resources(loop), raise_on_error=False, selection=selection)
+                          resources=round_resources(loop, **backends), raise_on_error=False, selection=selection)
 
 
 def test_definitions_load_and_resolve_the_round_job():
     job = defs.resolve_job_def("round_job")
     assert "round_summary" in {node.name for node in job.graph.node_defs}
+
+
+def test_backends_are_chosen_by_configuration_alone(monkeypatch):
+    monkeypatch.setenv("CLAWLOOP_SANDBOX", "docker")
+    monkeypatch.setenv("CLAWLOOP_POLICY", "openai")
+    chosen = resources_for("laptop")
+    assert isinstance(chosen["sandbox"], DockerSandbox)
+    assert isinstance(chosen["policy"], OpenAICompatiblePolicyModel)
+    monkeypatch.setenv("CLAWLOOP_SANDBOX", "chroot")
+    with pytest.raises(ValueError, match="CLAWLOOP_SANDBOX='chroot' is unknown"):
+        resources_for("laptop")
+
+
+def test_a_round_on_docker_and_a_vllm_server(clawloop_home, vllm_url):
+    # The same round, unchanged, on the production backends: every command in
+    # a container, every sample from the vLLM server.
+    instance = dg.DagsterInstance.ephemeral()
+    result = materialize_round(instance, "round-0001", policy=OpenAICompatiblePolicyModel(base_url=vllm_url),
+                               sandbox=docker_sandbox())
+    assert result.success, why_stopped(result)
+    summary = json.loads((clawloop_home / "rounds" / "round-0001" / "summary.json").read_text())
+    assert summary["candidates"] == 24 and summary["admitted"] >= 1
+    rollouts = DuckDBWarehouse().read("rollouts", {"round": "round-0001"})
+    assert set(rollouts["status"]) == {"scored"}, rollouts.filter(rollouts["status"] != "scored")["error"].to_list()
+    for row in rollouts.iter_rows(named=True):
+        assert len(row["token_ids"]) == len(row["action_mask"]) == len(row["sampling_logprobs"])
 
 
 def test_two_rounds_end_to_end(clawloop_home):

@@ -6,8 +6,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import SANDBOX_BACKENDS, make_sandbox
+
 from resources.sandbox import Mount, SandboxLimits
 
 # A uid of its own, so that "no process left" sees only these tests' sandboxes.
