@@ -16,9 +16,10 @@ from typing import Any, Iterable
 
 from clawloop_assets.task_bundle import TaskBundle
 from clawloop_assets.verification import run_verifier
-from resources.sandbox import Mount, Sandbox, SandboxLimits
+from resources.sandbox import Mount, Sandbox, SandboxLimits, disk_quota
 
 ORACLE_LIMITS = SandboxLimits(wall_seconds=30.0, cpu_seconds=20)
+ORACLE_WORKSPACE_BYTES = 64 << 20
 _NUMBER_TOKEN = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w]|\.\d)")
 
 
@@ -75,7 +76,15 @@ def _fresh_workspace(bundle: TaskBundle, directory: Path) -> Path:
 
 
 def _oracle_passes(sandbox: Sandbox, bundle: TaskBundle, directory: Path) -> tuple[bool, str | None]:
-    workspace = _fresh_workspace(bundle, directory)
+    # The oracle is model-written code too: its workspace gets a disk quota.
+    workspace = directory / "workspace"
+    with disk_quota(workspace, ORACLE_WORKSPACE_BYTES):
+        shutil.copytree(bundle.environment_dir, workspace, symlinks=True, dirs_exist_ok=True)
+        os.chmod(workspace, 0o755)
+        return _run_oracle(sandbox, bundle, directory, workspace)
+
+
+def _run_oracle(sandbox: Sandbox, bundle: TaskBundle, directory: Path, workspace: Path) -> tuple[bool, str | None]:
     solution = directory / "solution"
     shutil.copytree(bundle.solution_path.parent, solution)
     os.chmod(solution, 0o755)

@@ -15,6 +15,7 @@ import os
 import shutil
 import stat
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence, TypeVar
@@ -22,7 +23,15 @@ from typing import Callable, Sequence, TypeVar
 from clawloop_assets.task_bundle import TaskBundle
 from clawloop_assets.verification import run_verifier
 from resources.policy import PolicyServerError, PolicySession, SamplingParams
-from resources.sandbox import Mount, Sandbox, SandboxError, SandboxLimits
+from resources.sandbox import (
+    Mount,
+    Sandbox,
+    SandboxError,
+    SandboxLimits,
+    directory_bytes,
+    disk_quota,
+    release_quota,
+)
 
 T = TypeVar("T")
 
@@ -60,6 +69,11 @@ class AgentSettings:
     max_new_tokens: int = 48
     temperature: float = 0.7
     output_bytes: int = 16 << 10
+    # Disk quota of one rollout's workspace, and of all a call's workspaces
+    # together (each gets the smaller of the two shares): task workspaces
+    # hold kilobytes, and the quota lives in memory (see disk_quota).
+    workspace_bytes: int = 16 << 20
+    workspace_budget_bytes: int = 2 << 30
 
     def sampling(self, seed: int) -> SamplingParams:
         return SamplingParams(
@@ -92,6 +106,8 @@ class Rollout:
     generated_tokens: int = 0
     model_seconds: float = 0.0
     sandbox_seconds: float = 0.0
+    quota_bytes: int = 0
+    quota_enforced: bool = False  # a quota filesystem of its own; else checked after each command
 
     @property
     def turns(self) -> int:
@@ -135,15 +151,24 @@ def run_rollouts(
     progress: Callable[[str], None] = lambda message: None,
 ) -> list[Rollout]:
     """`samples_per_task` rollouts of every task, batched through the policy turn by turn."""
-    rollouts: list[Rollout] = []
-    for task in tasks:
-        for index in range(samples_per_task):
-            workspace = workdir / task.task_id / f"sample-{index}"
-            if workspace.exists():
-                shutil.rmtree(workspace)
-            shutil.copytree(task.environment_dir, workspace, symlinks=True)
-            rollouts.append(Rollout(task=task, sample_index=index, workspace=workspace))
+    with ExitStack() as quotas:
+        rollouts: list[Rollout] = []
+        quota = min(settings.workspace_bytes, settings.workspace_budget_bytes // max(1, len(tasks) * samples_per_task))
+        for task in tasks:
+            for index in range(samples_per_task):
+                workspace = workdir / task.task_id / f"sample-{index}"
+                release_quota(workspace)  # one a crashed run left mounted
+                if workspace.exists():
+                    shutil.rmtree(workspace)
+                rollout = Rollout(task=task, sample_index=index, workspace=workspace, quota_bytes=quota)
+                rollout.quota_enforced = quotas.enter_context(disk_quota(workspace, quota))
+                shutil.copytree(task.environment_dir, workspace, symlinks=True, dirs_exist_ok=True)
+                rollouts.append(rollout)
+        _run_turns(session, sandbox, tasks, rollouts, samples_per_task, settings, seed, progress)
+    return rollouts
 
+
+def _run_turns(session, sandbox, tasks, rollouts, samples_per_task, settings, seed, progress) -> None:
     for turn in range(settings.max_turns):
         active = [r for r in rollouts if not r.done]
         if not active:
@@ -163,7 +188,6 @@ def run_rollouts(
     progress(f"verifying {len(rollouts)} rollouts")
     for rollout in rollouts:
         _score(rollout, sandbox)
-    return rollouts
 
 
 def _first_turn(session, tasks, rollouts, n, settings, seed, progress) -> None:
@@ -256,6 +280,12 @@ def _act(rollout: Rollout, sandbox: Sandbox, settings: AgentSettings, *, is_last
         rollout.exit_codes.append(result.exit_code)
         rollout.last_output = result.output[-2000:]
         observation = format_observation(result.exit_code, result.output, result.timed_out)
+        if not rollout.quota_enforced and directory_bytes(rollout.workspace) > rollout.quota_bytes:
+            # No quota filesystem here (not root): the episode ends at the first
+            # command past the quota, and the verifier scores what is there.
+            rollout.last_output += f"\n[workspace over its {rollout.quota_bytes}-byte disk quota: episode ended]"
+            rollout.done = True
+            return
     if is_last_turn:
         rollout.done = True
         return

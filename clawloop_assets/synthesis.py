@@ -24,12 +24,14 @@ from clawloop_assets.task_bundle import (
     load_task_bundle,
     write_task_toml,
 )
-from resources.sandbox import Mount, Sandbox, SandboxLimits
+from resources.sandbox import Mount, Sandbox, SandboxLimits, disk_quota, release_quota
 
 VERIFIER_SCRIPT = GENERATORS_DIR / "verify.py"
 # Shared by every family script; copied into each generator directory beside it.
 GENERATOR_COMMON = GENERATORS_DIR / "generator_common.py"
 GENERATOR_LIMITS = SandboxLimits(wall_seconds=20.0, cpu_seconds=10, memory_bytes=512 << 20)
+# Disk quota of what one generator run may write (a bundle is kilobytes to a few megabytes).
+GENERATOR_OUTPUT_BYTES = 64 << 20
 # Turn caps grow with the level; the embedded model works in one turn at level 0.
 MAX_TURNS = {0: 4, 1: 8, 2: 16}
 COMMAND_TIMEOUT_S = 20.0
@@ -120,6 +122,7 @@ def build_candidate(
     task_dir = Path(task_dir)
     task_dir.mkdir(parents=True, exist_ok=True)
     staging = task_dir / f".staging-{task_id}"
+    release_quota(staging)  # one a crashed run left mounted
     if staging.exists():
         shutil.rmtree(staging)
     staging.mkdir()
@@ -128,13 +131,14 @@ def build_candidate(
         shutil.rmtree(staging, ignore_errors=True)
         return CandidateBuild(task_id, None, reason, time.monotonic() - started)
 
-    outcome = sandbox.run(
-        ["python3", "-I", f"/generator/{spec.script_name}", "--params", "/generator/params.json",
-         "--seed", str(seed), "--out", "/out"],
-        [Mount(Path(generator_dir), "/generator"), Mount(staging, "/out", writable=True)],
-        cwd="/out",
-        limits=limits,
-    )
+    with disk_quota(staging, GENERATOR_OUTPUT_BYTES):
+        outcome = sandbox.run(
+            ["python3", "-I", f"/generator/{spec.script_name}", "--params", "/generator/params.json",
+             "--seed", str(seed), "--out", "/out"],
+            [Mount(Path(generator_dir), "/generator"), Mount(staging, "/out", writable=True)],
+            cwd="/out",
+            limits=limits,
+        )
     if outcome.timed_out:
         return failure(f"generator did not finish within {limits.wall_seconds:.0f}s")
     if outcome.exit_code != 0:

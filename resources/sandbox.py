@@ -8,13 +8,16 @@ import resource
 import select
 import shutil
 import signal
+import stat
 import subprocess
+import tempfile
 import time
 import uuid
 from abc import ABC, abstractmethod
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import dagster as dg
 
@@ -178,6 +181,62 @@ class BubblewrapSandbox(Sandbox):
             # bwrap's own failure (bad mount, no namespaces): not the command's.
             raise SandboxError(f"bubblewrap failed to start the sandbox: {result.output.strip()}")
         return result
+
+
+@contextmanager
+def disk_quota(directory: Path, max_bytes: int) -> Iterator[bool]:
+    """Bound what commands can write into `directory` (a writable mount) for
+    the duration: a tmpfs of `max_bytes` of its own is mounted on it, so a
+    full disk is the command's ENOSPC, not the host's. At the end its contents
+    (links kept as links) move back onto the disk and it is unmounted.
+
+    `directory` must be empty on entry. The kernel here has no disk quotas
+    (no CONFIG_QUOTA), so a filesystem per workspace is the enforceable
+    bound; tmpfs keeps it in memory, so callers size `max_bytes` to keep the
+    sum over all live workspaces small. Mounting needs root: without it this
+    yields False and callers check `directory_bytes` after each command.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        yield False
+        return
+    if any(directory.iterdir()):
+        raise SandboxError(f"{directory} must be empty to take a disk quota")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={max_bytes},mode=0755", "tmpfs", str(directory)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        raise SandboxError(f"could not mount a {max_bytes}-byte tmpfs on {directory}: {mounted.stderr.strip()}")
+    try:
+        yield True
+    finally:
+        keep = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
+        try:
+            shutil.copytree(directory, keep / "contents", symlinks=True)
+        finally:
+            release_quota(directory)
+        for item in (keep / "contents").iterdir():
+            os.replace(item, directory / item.name)
+        shutil.rmtree(keep)
+
+
+def release_quota(directory: Path) -> None:
+    """Unmount a quota tmpfs left on `directory` (also one a crashed run left)."""
+    if os.path.ismount(directory):
+        done = subprocess.run(["umount", "--lazy", str(directory)], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SandboxError(f"could not unmount the quota tmpfs on {directory}: {done.stderr.strip()}")
+
+
+def directory_bytes(directory: Path) -> int:
+    """Bytes held by the regular files under `directory`; links are not followed."""
+    total = 0
+    for root, _dirs, files in os.walk(directory, followlinks=False):
+        for name in files:
+            info = os.lstat(os.path.join(root, name))
+            if stat.S_ISREG(info.st_mode):
+                total += info.st_blocks * 512
+    return total
 
 
 def own_writable_mounts(mounts: Sequence[Mount], uid: int, gid: int) -> None:

@@ -193,3 +193,18 @@ def test_rollouts_lost_to_the_policy_server_are_excluded_not_scored(level0_task,
     lost_first = run_rollouts(DownServerSession([], answers=0), BubblewrapSandbox(), [level0_task], 2,
                               AgentSettings(max_turns=1), tmp_path / "first", seed=0)
     assert [(r.status, r.reward, r.commands) for r in lost_first] == [("policy_error", None, [])] * 2
+
+
+def test_without_a_quota_filesystem_the_episode_ends_past_the_quota(level0_task, tmp_path, monkeypatch):
+    # Unprivileged, no tmpfs can be mounted: the loop measures the workspace
+    # after each command and ends the episode at the first one past the quota.
+    import contextlib
+
+    from clawloop_assets import agent_loop
+
+    monkeypatch.setattr(agent_loop, "disk_quota", lambda directory, size: contextlib.nullcontext(False))
+    settings = AgentSettings(max_turns=3, workspace_bytes=1 << 20)
+    session = ScriptedSession(["head -c 3M /dev/zero > fill\n```", "ls\n```"])
+    (rollout,) = run_rollouts(session, BubblewrapSandbox(), [level0_task], 1, settings, tmp_path, seed=0)
+    assert rollout.commands == ["head -c 3M /dev/zero > fill"]
+    assert "disk quota" in rollout.last_output and rollout.status == "scored"

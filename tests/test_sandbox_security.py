@@ -1,6 +1,7 @@
 """Hostile commands against each real sandbox backend (bubblewrap; Docker in
 the slow suite): any visible effect on the host is a failure."""
 
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import SANDBOX_BACKENDS, make_sandbox
 
-from resources.sandbox import Mount, SandboxLimits
+from resources.sandbox import Mount, SandboxLimits, directory_bytes, disk_quota
 
 # A uid of its own, so that "no process left" sees only these tests' sandboxes.
 SANDBOX_UID = 64999
@@ -170,3 +171,19 @@ def test_the_private_tmp_is_bounded(run, workspace):
     result = run(workspace, "for i in 1 2 3; do head -c 50M /dev/zero > /tmp/fill$i || echo FULL; done",
                  tmp_bytes=32 << 20, file_size_bytes=256 << 20)
     assert "No space left on device" in result.output and "FULL" in result.output
+
+
+def test_a_disk_fill_stops_at_the_workspace_quota(run, tmp_path):
+    # Many files, each under the file-size limit: only the quota stops them.
+    workspace = tmp_path / "bounded"
+    with disk_quota(workspace, 8 << 20) as enforced:
+        assert enforced, "the suite runs as root, where the quota is a filesystem of its own"
+        (workspace / "input.txt").write_text("kept\n")
+        result = run(workspace, "for i in $(seq 20); do head -c 1M /dev/zero > fill$i || { echo FULL; break; }; done; "
+                                "ln -s /etc/passwd link", file_size_bytes=2 << 20)
+        assert "No space left on device" in result.output and "FULL" in result.output
+    # Unmounted, its contents back on disk: what was written up to the quota, links as links.
+    assert not os.path.ismount(workspace)
+    assert (workspace / "input.txt").read_text() == "kept\n"
+    assert (workspace / "link").is_symlink()
+    assert directory_bytes(workspace) <= 8 << 20
