@@ -9,7 +9,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from resources.sandbox import BubblewrapSandbox, Mount, Sandbox
+from resources.sandbox import BubblewrapSandbox, DockerSandbox, Mount, Sandbox, SandboxUnavailable
 
 COMMAND = "echo hi > out.txt && wc -c < out.txt"
 
@@ -24,8 +24,20 @@ def _median_seconds(call, repeats: int) -> float:
     return statistics.median(timings)
 
 
+def available_backends() -> dict[str, Sandbox]:
+    """Every backend that can run here; a missing one is named with its reason."""
+    backends: dict[str, Sandbox] = {"bubblewrap": BubblewrapSandbox()}
+    docker = DockerSandbox()
+    try:
+        docker.check_available()
+        backends["docker"] = docker
+    except SandboxUnavailable as exc:
+        print(f"sandbox.docker: not measured: {exc}")
+    return backends
+
+
 def measure(backends: dict[str, Sandbox] | None = None, repeats: int = 40) -> dict[str, float]:
-    backends = backends or {"bubblewrap": BubblewrapSandbox()}
+    backends = backends or available_backends()
     results: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         workspace = Path(tmp)
