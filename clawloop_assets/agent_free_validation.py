@@ -1,6 +1,9 @@
 """Agent-free validation of a candidate task: the oracle solution passes its
-own verifier, the untouched initial workspace fails it, and no answer value
-leaks into what the agent reads (instruction.md, CONTRACT.md, the contract).
+own verifier, three times alike; the untouched initial workspace (a no-op
+agent), empty deliverables and a perturbed (wrong) deliverable all fail it;
+and no answer value leaks into what the agent reads (instruction.md,
+CONTRACT.md, the contract). Generator determinism is checked when the
+candidate is built (synthesis.build_candidate).
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ import json
 import os
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Iterable
@@ -30,6 +33,8 @@ class AgentFreeResult:
     oracle_passed: bool
     untouched_failed: bool
     leak_free: bool
+    wrong_deliverables_failed: bool  # empty and perturbed deliverables both fail the verifier
+    verifier_deterministic: bool  # three runs on the oracle's workspace agree
     reason: str | None  # one line, the first failure; None when passed
 
 
@@ -44,9 +49,8 @@ def validate_without_agent(sandbox: Sandbox, bundle: TaskBundle, scratch_dir: Pa
     if leak:
         reasons.append(leak)
 
-    oracle_passed, oracle_reason = _oracle_passes(sandbox, bundle, work / "oracle")
-    if oracle_reason:
-        reasons.append(oracle_reason)
+    oracle = _oracle_checks(sandbox, bundle, work / "oracle")
+    reasons += oracle.reasons
 
     untouched = _fresh_workspace(bundle, work / "untouched")
     verdict = run_verifier(sandbox, bundle, untouched)
@@ -60,9 +64,11 @@ def validate_without_agent(sandbox: Sandbox, bundle: TaskBundle, scratch_dir: Pa
     return AgentFreeResult(
         task_id=bundle.task_id,
         passed=not reasons,
-        oracle_passed=oracle_passed,
+        oracle_passed=oracle.passed,
         untouched_failed=untouched_failed,
         leak_free=leak is None,
+        wrong_deliverables_failed=oracle.wrong_deliverables_failed,
+        verifier_deterministic=oracle.verifier_deterministic,
         reason=reasons[0] if reasons else None,
     )
 
@@ -75,7 +81,15 @@ def _fresh_workspace(bundle: TaskBundle, directory: Path) -> Path:
     return workspace
 
 
-def _oracle_passes(sandbox: Sandbox, bundle: TaskBundle, directory: Path) -> tuple[bool, str | None]:
+@dataclass
+class _OracleChecks:
+    passed: bool = False
+    verifier_deterministic: bool = False
+    wrong_deliverables_failed: bool = False
+    reasons: list[str] = field(default_factory=list)
+
+
+def _oracle_checks(sandbox: Sandbox, bundle: TaskBundle, directory: Path) -> _OracleChecks:
     # The oracle is model-written code too: its workspace gets a disk quota.
     workspace = directory / "workspace"
     with disk_quota(workspace, ORACLE_WORKSPACE_BYTES):
@@ -84,7 +98,8 @@ def _oracle_passes(sandbox: Sandbox, bundle: TaskBundle, directory: Path) -> tup
         return _run_oracle(sandbox, bundle, directory, workspace)
 
 
-def _run_oracle(sandbox: Sandbox, bundle: TaskBundle, directory: Path, workspace: Path) -> tuple[bool, str | None]:
+def _run_oracle(sandbox: Sandbox, bundle: TaskBundle, directory: Path, workspace: Path) -> _OracleChecks:
+    result = _OracleChecks()
     solution = directory / "solution"
     shutil.copytree(bundle.solution_path.parent, solution)
     os.chmod(solution, 0o755)
@@ -95,17 +110,107 @@ def _run_oracle(sandbox: Sandbox, bundle: TaskBundle, directory: Path, workspace
         limits=ORACLE_LIMITS,
     )
     if outcome.timed_out:
-        return False, f"oracle solution timed out after {ORACLE_LIMITS.wall_seconds:.0f}s"
+        result.reasons.append(f"oracle solution timed out after {ORACLE_LIMITS.wall_seconds:.0f}s")
+        return result
     if outcome.exit_code != 0:
         tail = (outcome.output.strip().splitlines() or ["no output"])[-1][:200]
-        return False, f"oracle solution exited with code {outcome.exit_code}: {tail}"
-    verdict = run_verifier(sandbox, bundle, workspace)
+        result.reasons.append(f"oracle solution exited with code {outcome.exit_code}: {tail}")
+        return result
+    verdicts = [run_verifier(sandbox, bundle, workspace) for _ in range(3)]
+    verdict = verdicts[0]
     if verdict.status == "error":
-        return False, f"verifier error on the oracle workspace: {verdict.error}"
+        result.reasons.append(f"verifier error on the oracle workspace: {verdict.error}")
+        return result
+    result.verifier_deterministic = all((v.status, v.reward, v.checks) == (verdict.status, verdict.reward, verdict.checks)
+                                        for v in verdicts)
+    if not result.verifier_deterministic:
+        result.reasons.append("verifier is not deterministic: three runs on the oracle workspace disagree")
     if verdict.reward != 1.0:
         failed = next((c for c in verdict.checks if not c.get("passed")), {})
-        return False, f"oracle solution fails its verifier: {failed.get('detail', 'no detail')}"
-    return True, None
+        result.reasons.append(f"oracle solution fails its verifier: {failed.get('detail', 'no detail')}")
+        return result
+    result.passed = True
+    result.wrong_deliverables_failed = True
+    checks = json.loads(bundle.answer_path.read_text(encoding="utf-8"))["checks"]
+    for name, make in (("empty", _empty_deliverables), ("perturbed", _perturb_deliverable)):
+        wrong = directory / name
+        shutil.copytree(workspace, wrong, symlinks=True)
+        change = make(wrong, checks)
+        if change is None:
+            continue  # nothing of this kind to try on this task (e.g. no file deliverable)
+        wrong_verdict = run_verifier(sandbox, bundle, wrong)
+        if wrong_verdict.status == "error":
+            result.reasons.append(f"verifier error on a {name} deliverable ({change}): {wrong_verdict.error}")
+            result.wrong_deliverables_failed = False
+        elif wrong_verdict.reward != 0.0:
+            result.reasons.append(f"the verifier passes a {name} deliverable: {change}")
+            result.wrong_deliverables_failed = False
+    return result
+
+
+def _empty_deliverables(workspace: Path, checks: list[dict]) -> str | None:
+    """Every file deliverable present but empty."""
+    paths = sorted({c["path"] for c in checks if c.get("path")})
+    for path in paths:
+        target = workspace / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(b"")
+    return f"{', '.join(paths)} empty" if paths else None
+
+
+def _perturb_deliverable(workspace: Path, checks: list[dict]) -> str | None:
+    """One value of the oracle's deliverable made wrong, the file otherwise
+    intact: a verifier that only checks the deliverable exists, parses, or
+    has the right shape passes this; a correct one does not."""
+    for check in checks:
+        kind, path = check.get("type"), check.get("path")
+        if kind == "tree":
+            for rel in sorted(check.get("files", {})):
+                target = workspace / rel
+                if target.is_file() and not target.is_symlink():
+                    target.write_bytes(target.read_bytes() + b"\n")
+                    return f"{rel} gained a byte"
+            continue
+        target = workspace / path if path else None
+        if target is None or not target.is_file() or target.is_symlink():
+            continue
+        text = target.read_text(encoding="utf-8", errors="replace")
+        if kind == "number":
+            wrong = Decimal(str(check["expected"])) + 1 + 2 * Decimal(str(check.get("tolerance", 0)))
+            target.write_text(f"{wrong}\n", encoding="utf-8")
+            return f"{path} holds {wrong}"
+        if kind == "text":
+            target.write_text(f"not {text}", encoding="utf-8")
+            return f"{path} has words added"
+        if kind == "lines":
+            lines = [line for line in text.splitlines() if line.strip()]
+            if lines:
+                target.write_text("\n".join(lines[:-1] + [lines[-1] + "_wrong"]) + "\n", encoding="utf-8")
+                return f"{path}: its last line changed"
+            continue
+        if kind in ("csv_records", "json_records"):
+            keys = set(check.get("key", []))
+            for record in check["expected"]:
+                for column, value in record.items():
+                    changed = None if column in keys or value is None else _replace_value(text, value)
+                    if changed is not None:
+                        target.write_text(changed, encoding="utf-8")
+                        return f"{path}: {column} of one record changed"
+    return None
+
+
+def _replace_value(text: str, value: Any) -> str | None:
+    """`text` with the first occurrence of `value` (a number as a number,
+    whatever its formatting) replaced by a different value; None if absent."""
+    number = _decimal(value) if isinstance(value, (int, float)) else None
+    if number is not None:
+        for match in _NUMBER_TOKEN.finditer(text):
+            if _decimal(match.group()) == number:
+                return text[: match.start()] + str(number + 7) + text[match.end():]
+        return None
+    pattern = re.compile(r"(?<![A-Za-z0-9_])" + re.escape(str(value)) + r"(?![A-Za-z0-9_])")
+    match = pattern.search(text)
+    return None if match is None else text[: match.start()] + f"{value}x" + text[match.end():]
 
 
 # ---- leakage audit

@@ -85,6 +85,8 @@ class AgentFreeValidations(_RoundTable):
     oracle_passed: bool
     untouched_failed: bool
     leak_free: bool
+    wrong_deliverables_failed: bool
+    verifier_deterministic: bool
     reason: Optional[str] = pa.Field(nullable=True)
 
 

@@ -131,19 +131,35 @@ def build_candidate(
         shutil.rmtree(staging, ignore_errors=True)
         return CandidateBuild(task_id, None, reason, time.monotonic() - started)
 
-    with disk_quota(staging, GENERATOR_OUTPUT_BYTES):
-        outcome = sandbox.run(
-            ["python3", "-I", f"/generator/{spec.script_name}", "--params", "/generator/params.json",
-             "--seed", str(seed), "--out", "/out"],
-            [Mount(Path(generator_dir), "/generator"), Mount(staging, "/out", writable=True)],
-            cwd="/out",
-            limits=limits,
-        )
+    def generate(out: Path):
+        with disk_quota(out, GENERATOR_OUTPUT_BYTES):
+            return sandbox.run(
+                ["python3", "-I", f"/generator/{spec.script_name}", "--params", "/generator/params.json",
+                 "--seed", str(seed), "--out", "/out"],
+                [Mount(Path(generator_dir), "/generator"), Mount(out, "/out", writable=True)],
+                cwd="/out",
+                limits=limits,
+            )
+
+    outcome = generate(staging)
     if outcome.timed_out:
         return failure(f"generator did not finish within {limits.wall_seconds:.0f}s")
     if outcome.exit_code != 0:
         tail = outcome.output.strip()[-OUTPUT_TAIL_CHARS:].replace("\n", " | ")
         return failure(f"generator exited with code {outcome.exit_code}: {tail or 'no output'}")
+    # Same seed, same bytes: a second run must rebuild the bundle exactly, or
+    # the task a rollout saw cannot be rebuilt, audited or exported.
+    rerun = task_dir / f".rerun-{task_id}"
+    release_quota(rerun)
+    shutil.rmtree(rerun, ignore_errors=True)
+    try:
+        again = generate(rerun)
+        difference = None if again.exit_code == 0 else f"the second run exited with code {again.exit_code}"
+        difference = difference or first_difference(staging, rerun)
+    finally:
+        shutil.rmtree(rerun, ignore_errors=True)
+    if difference:
+        return failure(f"generator is not deterministic: same seed, {difference}")
 
     for reserved in ("tests", "task.toml"):
         if os.path.lexists(staging / reserved):
@@ -177,6 +193,31 @@ def build_candidate(
         shutil.rmtree(bundle_dir)  # the same candidate rebuilt: replace it whole
     staging.rename(bundle_dir)
     return CandidateBuild(task_id, bundle_dir, None, time.monotonic() - started)
+
+
+def first_difference(left: Path, right: Path) -> str | None:
+    """The first path whose kind or bytes differ between two trees, described;
+    None when they are identical. Links are compared as links."""
+
+    def entries(root: Path) -> dict[str, tuple[str, bytes]]:
+        found = {}
+        for path in sorted(root.rglob("*")):
+            rel = path.relative_to(root).as_posix()
+            if path.is_symlink():
+                found[rel] = ("link", os.readlink(path).encode())
+            elif path.is_file():
+                found[rel] = ("file", hashlib.sha256(path.read_bytes()).digest())
+            else:
+                found[rel] = ("dir", b"")
+        return found
+
+    a, b = entries(left), entries(right)
+    for rel in sorted(a.keys() | b.keys()):
+        if rel not in a or rel not in b:
+            return f"{rel} is written by only one of two runs"
+        if a[rel] != b[rel]:
+            return f"{rel} differs between two runs"
+    return None
 
 
 def canary_for(task_id: str) -> str:

@@ -211,3 +211,48 @@ def test_leak_in_instruction_is_caught(sandbox, bundles, tmp_path, name):
     result = validate_without_agent(sandbox, bundle, tmp_path / "scratch")
     assert not result.passed and not result.leak_free and result.oracle_passed
     assert result.reason.startswith("leakage: answer value") and "instruction.md" in result.reason
+
+
+@pytest.mark.parametrize("name", ["grouped_csv", "grouped_json", "ledger_csv", "tree"])
+def test_empty_and_perturbed_deliverables_fail_the_real_verifier(sandbox, bundles, tmp_path, name):
+    result = validate_without_agent(sandbox, bundles[name], tmp_path / "scratch")
+    assert result.passed, result.reason
+    assert result.wrong_deliverables_failed and result.verifier_deterministic
+
+
+# Verifiers that a careless generator could ship: each passes the oracle and
+# fails the untouched workspace, so only the wrong-deliverable checks catch it.
+LAX_VERIFIERS = [
+    ("exists", "os.path.exists(path)", "the verifier passes a empty deliverable"),
+    ("has a header", "os.path.exists(path) and open(path).readline().strip() != ''",
+     "the verifier passes a perturbed deliverable"),
+]
+
+
+@pytest.mark.parametrize("label, condition, reason", LAX_VERIFIERS, ids=[v[0] for v in LAX_VERIFIERS])
+def test_a_verifier_that_does_not_read_the_values_is_caught(sandbox, bundles, tmp_path, label, condition, reason):
+    bundle = copy_bundle(bundles["grouped_csv"], tmp_path)
+    path = the_check(bundle)["path"]
+    (bundle.tests_dir / "verify.py").write_text(
+        "import json, os, sys\n"
+        f"path = os.path.join(sys.argv[sys.argv.index('--workspace') + 1], {path!r})\n"
+        f"ok = {condition}\n"
+        "json.dump({'reward': 1.0 if ok else 0.0, 'checks': [{'name': 'lax', 'passed': bool(ok), 'detail': ''}]},\n"
+        "          open(sys.argv[sys.argv.index('--result') + 1], 'w'))\n"
+    )
+    result = validate_without_agent(sandbox, bundle, tmp_path / "scratch")
+    assert not result.passed and result.oracle_passed and result.untouched_failed
+    assert not result.wrong_deliverables_failed
+    assert result.reason.startswith(reason), result.reason
+
+
+def test_a_verifier_that_disagrees_with_itself_is_caught(sandbox, bundles, tmp_path):
+    bundle = copy_bundle(bundles["grouped_csv"], tmp_path)
+    verifier = bundle.tests_dir / "verify.py"
+    source = verifier.read_text()
+    # The real verifier, with a detail that changes on every run.
+    verifier.write_text(source.replace('return {"name": name, "passed": True, "detail": detail}',
+                                       'import time; return {"name": name, "passed": True, "detail": str(time.time_ns())}'))
+    result = validate_without_agent(sandbox, bundle, tmp_path / "scratch")
+    assert not result.passed and not result.verifier_deterministic
+    assert result.reason == "verifier is not deterministic: three runs on the oracle workspace disagree"

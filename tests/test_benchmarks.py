@@ -12,3 +12,14 @@ def test_sandbox_overhead_is_reported_as_a_ratio_to_bare_bash(backend):
     )
     # A sandbox does strictly more work than the bare command it wraps.
     assert results[f"sandbox.{backend}.overhead_ratio"] > 1
+
+
+def test_synthesis_throughput_reports_rates_per_rejection_kind():
+    from benchmarks import synthesis_throughput
+
+    plan = synthesis_throughput.candidate_plan(12)
+    assert len({c[0].id for c in plan}) == 3 and len({c[2] for c in plan}) == 3
+    results = synthesis_throughput.measure(count=6, workers=2)
+    assert results["synthesis.candidates"] == 6 and results["synthesis.candidates_per_second"] > 0
+    kinds = sum(v for k, v in results.items() if k.startswith("synthesis.rejections."))
+    assert kinds == pytest.approx(results["synthesis.rejection_rate"])

@@ -235,3 +235,16 @@ def test_sandbox_failure_propagates(sandbox, tmp_path):
     spec = generator_spec(CAPABILITIES["grouped_statistics"], DOMAINS[0], 0)
     with pytest.raises(SandboxError):
         build_candidate(sandbox, tmp_path / "no-such-generator", spec, 0, ROUND, tmp_path / "tasks")
+
+
+def test_a_generator_that_is_not_deterministic_is_rejected(sandbox, tmp_path):
+    # The real family, plus one file whose bytes change from run to run.
+    source = (Path(__file__).parents[1] / "clawloop_assets/generators/grouped_statistics.py").read_text()
+    body = source.replace("if __name__ == \"__main__\":\n    main()",
+                          "if __name__ == \"__main__\":\n    main()\n    import os\n"
+                          "    open('/out/environment/noise.txt', 'w').write(os.urandom(8).hex())")
+    spec, gen = broken_generator(tmp_path, body)
+    failed = build_candidate(sandbox, gen, spec, 0, ROUND, tmp_path / "tasks")
+    assert failed.bundle_dir is None
+    assert failed.error == "generator is not deterministic: same seed, environment/noise.txt differs between two runs"
+    assert list((tmp_path / "tasks").iterdir()) == []  # neither run left anything behind

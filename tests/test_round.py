@@ -83,7 +83,7 @@ def test_two_rounds_end_to_end(clawloop_home):
     first = materialize_round(instance, "round-0001")
     assert first.success, [e.message for e in first.all_events if e.is_failure]
     summary = json.loads((clawloop_home / "rounds" / "round-0001" / "summary.json").read_text())
-    for field in ["candidates", "agent_free_passed", "rollouts", "admitted", "admission_rate", "train_tasks",
+    for field in ["candidates", "candidates_by_capability", "rejections", "agent_free_passed", "rollouts", "admitted", "admission_rate", "train_tasks",
                   "heldout_tasks", "sft_examples", "grpo_groups", "heldout_pass_rate_before",
                   "heldout_pass_rate_after", "patterns", "seconds", "policy_checkpoint_id", "diagnosis_report_id"]:
         assert field in summary, field
@@ -91,6 +91,10 @@ def test_two_rounds_end_to_end(clawloop_home):
     assert summary["admitted"] >= 1
     assert summary["rollouts"] == 8 * summary["agent_free_passed"]
     assert summary["admission_rate"] == pytest.approx(summary["admitted"] / 24, abs=1e-4)
+    by_capability = summary["candidates_by_capability"]
+    assert sum(c["candidates"] for c in by_capability.values()) == 24
+    assert sum(c["admitted"] for c in by_capability.values()) == summary["admitted"]
+    assert sum(summary["rejections"].values()) == 24 - summary["agent_free_passed"]
 
     warehouse = DuckDBWarehouse()
     rollouts = warehouse.read("rollouts", {"round": "round-0001"})

@@ -124,6 +124,8 @@ def round_summary(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg
         "heldout_tasks": int((splits["split"] == "heldout").sum()),
         "sft_examples": runs.get("sft", {}).get("examples", 0),
         "grpo_groups": _grpo_groups(runs),
+        "candidates_by_capability": _candidates_by_capability(tasks, checks, admissions),
+        "rejections": _rejections(tasks, checks),
         "heldout_pass_rate_before": _pass_rate(rollouts, "heldout_before"),
         "heldout_pass_rate_after": _pass_rate(rollouts, "heldout_after"),
         "patterns": [{"pattern_id": p["pattern_id"], "description": p["description"], "count": p["count"],
@@ -146,6 +148,37 @@ def round_summary(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg
             for r in ledger.iter_rows(named=True)]),
         "path": dg.MetadataValue.path(str(path)),
     })
+
+
+def _candidates_by_capability(tasks: pl.DataFrame, checks: pl.DataFrame, admissions: pl.DataFrame) -> dict:
+    """Per capability: candidates, built, passed agent-free validation, admitted."""
+    passed = set(checks.filter(pl.col("passed"))["task_id"]) if checks.height else set()
+    admitted = set(admissions.filter(pl.col("admitted"))["task_id"]) if admissions.height else set()
+    out = {}
+    for row in tasks.iter_rows(named=True):
+        counts = out.setdefault(row["capability_id"], {"candidates": 0, "built": 0, "agent_free_passed": 0, "admitted": 0})
+        counts["candidates"] += 1
+        counts["built"] += row["build_status"] == "built"
+        counts["agent_free_passed"] += row["task_id"] in passed
+        counts["admitted"] += row["task_id"] in admitted
+    return dict(sorted(out.items()))
+
+
+def rejection_kind(reason: str) -> str:
+    """A rejection reason without its particulars: "leakage: answer value 12
+    appears in instruction.md" -> "leakage"."""
+    return reason.split(":", 1)[0].strip()
+
+
+def _rejections(tasks: pl.DataFrame, checks: pl.DataFrame) -> dict[str, int]:
+    """Candidates rejected before any rollout, counted per kind of reason."""
+    reasons = tasks.filter(pl.col("build_status") == "failed")["build_error"].to_list()
+    reasons += checks.filter(~pl.col("passed"))["reason"].to_list() if checks.height else []
+    counts: dict[str, int] = {}
+    for reason in reasons:
+        kind = rejection_kind(reason or "unknown")
+        counts[kind] = counts.get(kind, 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
 def _grpo_groups(runs: dict) -> int:

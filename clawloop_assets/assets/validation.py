@@ -32,7 +32,8 @@ GROUP = "validation"
 
 @dg.asset(partitions_def=round_partitions, group_name=GROUP, deps=[candidate_tasks])
 def agent_free_validation(context: dg.AssetExecutionContext, warehouse: Warehouse, sandbox: Sandbox) -> dg.MaterializeResult:
-    """Oracle passes its verifier, the untouched workspace fails, nothing leaks."""
+    """Oracle passes its verifier (three times alike); the untouched workspace,
+    empty and perturbed deliverables fail; nothing leaks."""
     key = context.partition_key
     tasks = require_rows(warehouse, "tasks", key, "candidate_tasks").filter(pl.col("build_status") == "built")
     scratch = workdir(key, "agent_free")
@@ -42,7 +43,8 @@ def agent_free_validation(context: dg.AssetExecutionContext, warehouse: Warehous
             result = validate_without_agent(sandbox, load_task_bundle(path), scratch)
             rows.append({"round": key, "task_id": result.task_id, "passed": result.passed,
                          "oracle_passed": result.oracle_passed, "untouched_failed": result.untouched_failed,
-                         "leak_free": result.leak_free, "reason": result.reason})
+                         "leak_free": result.leak_free, "wrong_deliverables_failed": result.wrong_deliverables_failed,
+                         "verifier_deterministic": result.verifier_deterministic, "reason": result.reason})
     warehouse.replace("agent_free_validations", table_frame("agent_free_validations", rows), {"round": key})
     record_cost(warehouse, key, cost)
     failed = [r for r in rows if not r["passed"]]
