@@ -27,6 +27,11 @@ class LoopConfig(dg.ConfigurableResource):
     max_new_tokens: int = 48
     temperature: float = 0.7
     training_mode: Literal["sft_then_grpo", "grpo_only", "sft_only"] = "sft_then_grpo"
+    # "model": the round's input policy writes each generator program (for a
+    # capable model behind the OpenAI-compatible backend); the embedded 135M
+    # model cannot, so the built-in families are the default.
+    generator_source: Literal["builtin", "model"] = "builtin"
+    generator_max_tokens: int = 4096
     sft_learning_rate: float = 1e-5
     sft_epochs: int = 1
     # 1e-5 is the measured CPU recipe for the 135M model; the paper's GPU recipe is 5e-7.

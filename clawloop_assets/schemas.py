@@ -62,7 +62,10 @@ class Generators(_RoundTable):
     domain_id: str
     difficulty: int = pa.Field(ge=0, le=5)
     track: str
-    path: str
+    source: str = pa.Field(isin=["builtin", "model"])
+    status: str = pa.Field(isin=["written", "rejected"])
+    reason: Optional[str] = pa.Field(nullable=True)  # why a model's reply was rejected
+    path: Optional[str] = pa.Field(nullable=True)
 
 
 class Tasks(_RoundTable):

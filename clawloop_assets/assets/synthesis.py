@@ -10,14 +10,18 @@ from clawloop_assets import catalogs, curriculum
 from clawloop_assets.assets.common import markdown_table, record_cost
 from clawloop_assets.cost import measure
 from clawloop_assets.loop_config import LoopConfig
+from clawloop_assets.model_generators import GeneratorReplyError, generator_prompt, write_model_generator
 from clawloop_assets.partitions import previous_round, round_number, round_partitions
-from clawloop_assets.round_state import MissingUpstreamError, require_rows, workdir
+from clawloop_assets.round_state import MissingUpstreamError, input_policy, require_rows, workdir
 from clawloop_assets.synthesis import (
+    CandidateBuild,
     GeneratorSpec,
     build_candidate,
     generator_spec,
+    task_id_for,
     write_generator,
 )
+from resources.policy import PolicyModel, SamplingParams
 from resources.sandbox import Sandbox
 from resources.warehouse import Warehouse, table_frame
 
@@ -119,21 +123,65 @@ def candidate_assignments(warehouse: Warehouse, round_key: str) -> list[tuple[Ge
 
 
 @dg.asset(partitions_def=round_partitions, group_name=GROUP, deps=[synthesis_plan, domain_catalog])
-def task_generators(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg.MaterializeResult:
-    """Generator programs build(seed) -> (workspace, answer key, contract), one per capability x domain x level."""
+def task_generators(context: dg.AssetExecutionContext, warehouse: Warehouse, loop: LoopConfig,
+                    policy: PolicyModel) -> dg.MaterializeResult:
+    """Generator programs build(seed) -> (workspace, answer key, contract), one per
+    capability x domain x level: the built-in families, or (generator_source =
+    "model") programs the round's input policy writes, each reply checked and
+    rejected with its reason before anything runs."""
     key = context.partition_key
     root = workdir(key, "generators")
     specs = {spec.generator_id: spec for spec, _ in candidate_assignments(warehouse, key)}
+    writer = _model_writer(warehouse, policy, loop, key) if loop.generator_source == "model" else None
     rows = []
-    for spec in specs.values():
+    for i, spec in enumerate(specs.values()):
         directory = root / spec.generator_id
         if directory.exists():
             shutil.rmtree(directory)
-        write_generator(spec, directory)
+        reason = None
+        if writer is None:
+            write_generator(spec, directory)
+        else:
+            reason = writer(spec, directory)
+            context.log.info(f"generator {i + 1}/{len(specs)} {spec.generator_id}: {reason or 'written'}")
         rows.append({"round": key, "generator_id": spec.generator_id, "capability_id": spec.capability,
-                     "domain_id": spec.domain, "difficulty": spec.difficulty, "track": spec.track, "path": str(directory)})
+                     "domain_id": spec.domain, "difficulty": spec.difficulty, "track": spec.track,
+                     "source": loop.generator_source, "status": "rejected" if reason else "written",
+                     "reason": reason, "path": None if reason else str(directory)})
     warehouse.replace("generators", table_frame("generators", rows), {"round": key})
-    return dg.MaterializeResult(metadata={"generators": len(rows), "path": dg.MetadataValue.path(str(root))})
+    rejected = [r for r in rows if r["status"] == "rejected"]
+    return dg.MaterializeResult(metadata={
+        "generators": len(rows),
+        "source": loop.generator_source,
+        "rejected": len(rejected),
+        "rejections": markdown_table(["generator", "reason"], [(r["generator_id"], r["reason"]) for r in rejected[:20]]),
+        "path": dg.MetadataValue.path(str(root)),
+    })
+
+
+def _model_writer(warehouse: Warehouse, policy: PolicyModel, loop: LoopConfig, key: str):
+    """write(spec, directory) -> rejection reason or None, asking the round's
+    input policy for each program; the plan's reason for the capability (what
+    the last diagnosis found) is the guidance."""
+    session = policy.load(input_policy(warehouse, policy, key).path)
+    capabilities = {c.id: c for c in catalogs.load_capability_catalog()}
+    domains = {d.id: d for d in catalogs.load_domain_catalog()}
+    plan = warehouse.read("synthesis_plans", {"round": key})
+    guidance = dict(zip(plan["capability_id"], plan["reason"]))
+    # No stop string: the program itself is fenced.
+    params = SamplingParams(max_new_tokens=loop.generator_max_tokens, temperature=loop.temperature, stop=(), seed=loop.seed)
+
+    def write(spec: GeneratorSpec, directory) -> str | None:
+        messages = generator_prompt(capabilities[spec.capability], domains[spec.domain], spec.difficulty,
+                                    guidance.get(spec.capability, ""))
+        completion = session.sample([session.chat_tokens(messages, add_generation_prompt=True)], 1, params)[0][0]
+        try:
+            write_model_generator(spec, completion.text, directory)
+        except GeneratorReplyError as exc:
+            return f"generator reply rejected: {exc}"
+        return None
+
+    return write
 
 
 @dg.asset(partitions_def=round_partitions, group_name=GROUP, deps=[task_generators])
@@ -142,12 +190,16 @@ def candidate_tasks(context: dg.AssetExecutionContext, warehouse: Warehouse, san
     key = context.partition_key
     generators = require_rows(warehouse, "generators", key, "task_generators")
     path_of = dict(zip(generators["generator_id"], generators["path"]))
+    rejected = dict(zip(generators["generator_id"], generators["reason"]))
     root = workdir(key, "tasks")
     assignments = candidate_assignments(warehouse, key)
     rows = []
     with measure("synthesis") as cost:
         for i, (spec, seed) in enumerate(assignments):
-            build = build_candidate(sandbox, path_of[spec.generator_id], spec, seed, key, root)
+            if path_of[spec.generator_id] is None:  # its generator was never written
+                build = CandidateBuild(task_id_for(key, spec, seed), None, rejected[spec.generator_id], 0.0)
+            else:
+                build = build_candidate(sandbox, path_of[spec.generator_id], spec, seed, key, root)
             rows.append({
                 "round": key, "task_id": build.task_id, "generator_id": spec.generator_id,
                 "capability_id": spec.capability, "domain_id": spec.domain, "difficulty": spec.difficulty,
