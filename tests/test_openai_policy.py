@@ -82,17 +82,16 @@ def test_new_weights_reach_the_server_in_place(vllm_url, base_checkpoint_dir, cl
                 (directory / name).write_bytes((base_checkpoint_dir / name).read_bytes())
 
     changed = write_checkpoint(save, clawloop_home / "checkpoints" / "scaled", {"kind": "test"})
+    models = {path: AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+              for path in (base_checkpoint_dir, changed)}
     policy = OpenAICompatiblePolicyModel(base_url=vllm_url)
     params = SamplingParams(max_new_tokens=8, temperature=TEMPERATURE, seed=1)
-    probe = None
-    results = {}
-    for name, checkpoint in (("base", base_checkpoint_dir), ("scaled", changed), ("base again", base_checkpoint_dir)):
+    for checkpoint, other in ((base_checkpoint_dir, changed), (changed, base_checkpoint_dir),
+                              (base_checkpoint_dir, changed)):
         session = policy.load(checkpoint)
-        probe = probe or session.encode("The capital of France is")
+        probe = session.encode("The capital of France is")
         (group,) = session.sample([probe], 1, params)
-        model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
-        expected = trainer_logprobs(model, probe, group[0])
-        assert torch.allclose(torch.tensor(group[0].logprobs), expected, atol=1e-3), name
-        results[name] = group[0].logprobs
-    assert results["base"] == pytest.approx(results["base again"], abs=1e-4)
-    assert results["scaled"] != pytest.approx(results["base"], abs=1e-2)
+        served = torch.tensor(group[0].logprobs)
+        # The samples' log-probs are those of the checkpoint just loaded, not of the other one.
+        assert torch.allclose(served, trainer_logprobs(models[checkpoint], probe, group[0]), atol=1e-3), checkpoint
+        assert (served - trainer_logprobs(models[other], probe, group[0])).abs().max() > 1e-2, checkpoint
