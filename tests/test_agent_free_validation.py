@@ -17,7 +17,7 @@ from clawloop_assets.catalogs import load_capability_catalog, load_domain_catalo
 from clawloop_assets.synthesis import build_candidate, generator_spec, write_generator
 from clawloop_assets.task_bundle import TaskBundle, load_task_bundle
 from clawloop_assets.verification import run_verifier
-from resources.sandbox import BubblewrapSandbox, SandboxLimits
+from resources.sandbox import BubblewrapSandbox, Mount, SandboxLimits
 
 CAPABILITIES = {c.id: c for c in load_capability_catalog()}
 DOMAINS = {d.id: d for d in load_domain_catalog()}
@@ -103,29 +103,6 @@ def test_wrong_records_fail(sandbox, bundles, tmp_path, name):
     write_records(workspace, check, check["expected"][1:])  # a record missing
     result = run_verifier(sandbox, bundle, workspace)
     assert result.reward == 0.0 and "no record for key" in result.checks[0]["detail"]
-
-
-def test_bankers_rounding_breaks_the_contract(sandbox, bundles, tmp_path):
-    """The generated data puts a median on .x5: Python's round() gives the wrong tenth."""
-    bundle = bundles["grouped_csv"]
-    check = the_check(bundle)
-    workspace = workspace_from(bundle, tmp_path)
-    rows = list(csv.DictReader((workspace / "readings.csv").open()))
-    group, value = check["key"][0], "level_m"
-    values: dict[str, list[float]] = {}
-    for row in rows:
-        if row["status"] == "valid" and row[value]:
-            values.setdefault(row[group], []).append(float(row[value]))
-    records = []
-    for g, v in values.items():
-        v.sort()
-        n = len(v)
-        median = v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
-        expected = next(r for r in check["expected"] if r[group] == g)
-        records.append({**expected, "median_" + value: round(median, 1)})
-    write_records(workspace, check, records)
-    result = run_verifier(sandbox, bundle, workspace)
-    assert result.status == "scored" and result.reward == 0.0
 
 
 def test_tree_check(sandbox, bundles, tmp_path):
@@ -256,3 +233,46 @@ def test_a_verifier_that_disagrees_with_itself_is_caught(sandbox, bundles, tmp_p
     result = validate_without_agent(sandbox, bundle, tmp_path / "scratch")
     assert not result.passed and not result.verifier_deterministic
     assert result.reason == "verifier is not deterministic: three runs on the oracle workspace disagree"
+
+
+# Each rule of the level-2 grouped-statistics contract, read the other way:
+# the oracle's solution with that one decision changed. The generator plants
+# data where the two readings differ (a median on a threshold, one just under
+# a threshold that rounds onto it, a median on .x5, ignored rows at the
+# extremes, a group with no counted rows), so each must fail the verifier.
+OTHER_READINGS = {
+    "ignored rows counted": ("if row['status'].strip() != 'valid' or not row[VALUE].strip():",
+                             "if not row[VALUE].strip():"),
+    "median of an even count is the lower middle": ("(v[n // 2 - 1] + v[n // 2]) / 2", "v[n // 2 - 1]"),
+    "a median on a threshold goes to the lower tier": ("'low' if m < T1 else ('medium' if m < T2 else 'high')",
+                                                       "'low' if m <= T1 else ('medium' if m <= T2 else 'high')"),
+    "tier from the rounded median": ("tier = 'low' if m < T1",
+                                     "m = m.quantize(Decimal('0.1'), ROUND_HALF_UP)\n    tier = 'low' if m < T1"),
+    "halves rounded to even": ("m.quantize(Decimal('0.1'), ROUND_HALF_UP)", "m.quantize(Decimal('0.1'))"),
+    "an empty group kept with 0 records": ("    n = len(v)\n",
+                                           "    n = len(v)\n"
+                                           "    if not n:\n"
+                                           "        result.append({GROUP: g, 'records': 0, COLUMNS[2]: Decimal(0), 'tier': 'low'})\n"
+                                           "        continue\n",
+                                           "        if row['status'].strip() != 'valid' or not row[VALUE].strip():\n",
+                                           "        groups.setdefault(row[GROUP], [])\n"
+                                           "        if row['status'].strip() != 'valid' or not row[VALUE].strip():\n"),
+}
+
+
+@pytest.mark.parametrize("name", ["grouped_csv", "grouped_json"])
+@pytest.mark.parametrize("reading", sorted(OTHER_READINGS))
+def test_each_contract_rule_read_the_other_way_fails(sandbox, bundles, tmp_path, name, reading):
+    bundle = copy_bundle(bundles[name], tmp_path)
+    solve = bundle.solution_path.read_text()
+    edits = OTHER_READINGS[reading]
+    for correct, other in zip(edits[::2], edits[1::2]):
+        assert solve.count(correct) == 1, (reading, correct)
+        solve = solve.replace(correct, other)
+    bundle.solution_path.write_text(solve)
+    workspace = workspace_from(bundle, tmp_path)
+    solved = sandbox.run(["bash", "/solution/solve.sh"],
+                         [Mount(workspace, "/workspace", writable=True), Mount(bundle.solution_path.parent, "/solution")])
+    assert solved.exit_code == 0, solved.output
+    verdict = run_verifier(sandbox, bundle, workspace)
+    assert (verdict.status, verdict.reward) == ("scored", 0.0), reading

@@ -169,8 +169,12 @@ def level2(rng, seed, params):
         below_group: odd_group(rng, lo, hi, other_threshold - 3, rng.randint(2, 3)),
         plain_group: [rng.randint(lo, hi) for _ in range(rng.randint(4, 7))],
     }
-    # an even count whose median ends in 5 at the second decimal: half-up rounding
+    # an even count whose median ends in 5 at the second decimal, after an even
+    # tenth: half-up rounds it up where half-to-even (Python's round, Decimal's
+    # default) rounds it down, so the rounding rule decides the answer
     middle = rng.randrange(t1 + 15, t2 - 15, 10)
+    if (middle // 10) % 2:
+        middle += 10 if middle + 10 < t2 - 15 else -10
     gap = rng.randint(1, 4)
     k = rng.randint(1, 3)
     counted[half_group] = (
