@@ -260,12 +260,25 @@ OTHER_READINGS = {
 }
 
 
-@pytest.mark.parametrize("name", ["grouped_csv", "grouped_json"])
-@pytest.mark.parametrize("reading", sorted(OTHER_READINGS))
-def test_each_contract_rule_read_the_other_way_fails(sandbox, bundles, tmp_path, name, reading):
+# The same for the level-2 reconciliation contract: dirty keys, split
+# entries, a difference exactly at the tolerance, the sign of `difference`.
+LEDGER_READINGS = {
+    "ids compared as written": ("key = row[KEY].strip().upper()", "key = row[KEY]"),
+    "a repeated id keeps its last amount": ("totals.get(key, Decimal(0)) + Decimal(row[VALUE].strip())",
+                                            "Decimal(row[VALUE].strip())"),
+    "a difference at the tolerance is a mismatch": ("abs(b[key] - a[key]) > TOL", "abs(b[key] - a[key]) >= TOL"),
+    "difference taken the other way": ("'difference': b[key] - a[key]", "'difference': a[key] - b[key]"),
+    "matching ids reported too": ("abs(b[key] - a[key]) > TOL", "True"),
+}
+READING_CASES = ([(name, reading, OTHER_READINGS[reading]) for name in ("grouped_csv", "grouped_json")
+                  for reading in sorted(OTHER_READINGS)]
+                 + [("ledger_csv", reading, edits) for reading, edits in sorted(LEDGER_READINGS.items())])
+
+
+@pytest.mark.parametrize("name, reading, edits", READING_CASES, ids=[f"{n}-{r}" for n, r, _ in READING_CASES])
+def test_each_contract_rule_read_the_other_way_fails(sandbox, bundles, tmp_path, name, reading, edits):
     bundle = copy_bundle(bundles[name], tmp_path)
     solve = bundle.solution_path.read_text()
-    edits = OTHER_READINGS[reading]
     for correct, other in zip(edits[::2], edits[1::2]):
         assert solve.count(correct) == 1, (reading, correct)
         solve = solve.replace(correct, other)
