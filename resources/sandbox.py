@@ -212,12 +212,23 @@ def disk_quota(directory: Path, max_bytes: int) -> Iterator[bool]:
     finally:
         keep = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
         try:
-            shutil.copytree(directory, keep / "contents", symlinks=True)
+            shutil.copytree(directory, keep / "contents", symlinks=True, ignore=special_files)
         finally:
             release_quota(directory)
         for item in (keep / "contents").iterdir():
             os.replace(item, directory / item.name)
         shutil.rmtree(keep)
+
+
+def special_files(directory: str, names: list[str]) -> set[str]:
+    """For shutil.copytree's `ignore`: what untrusted code left that is not a
+    regular file, directory or link (a FIFO would block the copy forever)."""
+    skipped = set()
+    for name in names:
+        mode = os.lstat(os.path.join(directory, name)).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+            skipped.add(name)
+    return skipped
 
 
 def release_quota(directory: Path) -> None:

@@ -180,10 +180,11 @@ def test_a_disk_fill_stops_at_the_workspace_quota(run, tmp_path):
         assert enforced, "the suite runs as root, where the quota is a filesystem of its own"
         (workspace / "input.txt").write_text("kept\n")
         result = run(workspace, "for i in $(seq 20); do head -c 1M /dev/zero > fill$i || { echo FULL; break; }; done; "
-                                "ln -s /etc/passwd link", file_size_bytes=2 << 20)
+                                "ln -s /etc/passwd link; mkfifo pipe", file_size_bytes=2 << 20)
         assert "No space left on device" in result.output and "FULL" in result.output
     # Unmounted, its contents back on disk: what was written up to the quota, links as links.
     assert not os.path.ismount(workspace)
     assert (workspace / "input.txt").read_text() == "kept\n"
     assert (workspace / "link").is_symlink()
+    assert not (workspace / "pipe").exists()  # a FIFO is not copied back (reading it would block)
     assert directory_bytes(workspace) <= 8 << 20
