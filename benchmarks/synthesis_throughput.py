@@ -51,8 +51,12 @@ def measure(count: int = 1024, workers: int | None = None, sandbox: Sandbox | No
     plan = candidate_plan(count)
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
+        reasons = []
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            reasons = list(pool.map(lambda c: _build_and_validate(sandbox, Path(tmp), c), plan))
+            for reason in pool.map(lambda c: _build_and_validate(sandbox, Path(tmp), c), plan):
+                reasons.append(reason)
+                if len(reasons) % 128 == 0:
+                    print(f"  {len(reasons)}/{count} candidates in {time.perf_counter() - started:.0f}s", flush=True)
         seconds = time.perf_counter() - started
     rejected = [rejection_kind(r) for r in reasons if r is not None]
     results = {
