@@ -270,9 +270,20 @@ LEDGER_READINGS = {
     "difference taken the other way": ("'difference': b[key] - a[key]", "'difference': a[key] - b[key]"),
     "matching ids reported too": ("abs(b[key] - a[key]) > TOL", "True"),
 }
+# And the level-2 reorganization contract: extension case, impossible dates,
+# .tmp files, zero-padded months, undated files.
+TREE_READINGS = {
+    "extension kept as written": ("ext = name.rsplit('.', 1)[1].lower()", "ext = name.rsplit('.', 1)[1]"),
+    "an impossible date counts as a date": ("datetime.date(int(m.group(1)), int(m.group(2)), int(m.group(3)))", "pass"),
+    ".tmp files kept": ("if ext == 'tmp':", "if ext == 'never':"),
+    "months without a leading zero": ("os.path.join(ext, m.group(1), m.group(2))",
+                                      "os.path.join(ext, m.group(1), str(int(m.group(2))))"),
+    "undated files left where they are": ("folder = os.path.join(ext, 'undated')", "folder = '.'"),
+}
 READING_CASES = ([(name, reading, OTHER_READINGS[reading]) for name in ("grouped_csv", "grouped_json")
                   for reading in sorted(OTHER_READINGS)]
-                 + [("ledger_csv", reading, edits) for reading, edits in sorted(LEDGER_READINGS.items())])
+                 + [("ledger_csv", reading, edits) for reading, edits in sorted(LEDGER_READINGS.items())]
+                 + [("tree", reading, edits) for reading, edits in sorted(TREE_READINGS.items())])
 
 
 @pytest.mark.parametrize("name, reading, edits", READING_CASES, ids=[f"{n}-{r}" for n, r, _ in READING_CASES])

@@ -144,7 +144,9 @@ def level2(rng, seed, params):
     for _ in range(rng.randint(7, 10)):
         stem, ext = rng.choice(d["file_stems"]), rng.choice(exts)
         day = start + datetime.timedelta(days=rng.randint(0, 3 * 365))
-        shown_ext = ext.upper() if rng.random() < 0.25 else ext
+        # Some extensions in upper case, the first file's always, so the
+        # lower-case rule decides where at least one file goes.
+        shown_ext = ext.upper() if rng.random() < 0.25 or not files else ext
         name = "%s_%s.%s" % (stem, day.isoformat(), shown_ext)
         if name in files:
             continue
