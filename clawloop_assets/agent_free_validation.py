@@ -131,7 +131,7 @@ def _run_oracle(sandbox: Sandbox, bundle: TaskBundle, directory: Path, workspace
         return result
     result.passed = True
     result.wrong_deliverables_failed = True
-    checks = json.loads(bundle.answer_path.read_text(encoding="utf-8"))["checks"]
+    checks = bundle.answer()["checks"]
     for name, make in (("empty", _empty_deliverables), ("perturbed", _perturb_deliverable)):
         wrong = directory / name
         shutil.copytree(workspace, wrong, symlinks=True, ignore=special_files)
@@ -229,7 +229,7 @@ def leakage_audit(bundle: TaskBundle) -> str | None:
     where the count is the whole answer. Strings under three characters are
     skipped for the same reason.
     """
-    answer = json.loads(bundle.answer_path.read_text(encoding="utf-8"))
+    answer = bundle.answer()
     contract = bundle.contract
     labels = {str(label) for label in contract.get("labels", [])}
     parameters = {_decimal(v) for v in contract.get("parameters", {}).values()} - {None}

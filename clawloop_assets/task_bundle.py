@@ -102,6 +102,10 @@ class TaskBundle:
     def answer_path(self) -> Path:
         return self.answer_dir / "answer.json"
 
+    def answer(self) -> dict[str, Any]:
+        """The answer key and check specification (validated by load_task_bundle)."""
+        return json.loads(self.answer_path.read_text(encoding="utf-8"))
+
 
 def write_task_toml(
     path: Path,

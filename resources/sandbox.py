@@ -22,6 +22,9 @@ from typing import Callable, Iterator, Mapping, Sequence
 import dagster as dg
 
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+# The whole environment a command starts with (plus what the caller passes):
+# nothing of the host's leaks in.
+SANDBOX_ENV = {"PATH": SANDBOX_PATH, "HOME": "/tmp", "LANG": "C.UTF-8"}
 
 
 @dataclass(frozen=True)
@@ -121,15 +124,10 @@ class BubblewrapSandbox(Sandbox):
             # Sticky and world-writable: the dropped uid needs a /tmp (sort, mktemp, HOME).
             "--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp",
             "--clearenv",
-            "--setenv", "PATH", SANDBOX_PATH,
-            "--setenv", "HOME", "/tmp",
-            "--setenv", "LANG", "C.UTF-8",
         ]
-        for key, value in env.items():
+        for key, value in {**SANDBOX_ENV, **env}.items():
             args += ["--setenv", key, value]
-        for mount in mounts:
-            if not Path(mount.host).exists():
-                raise SandboxError(f"mount source {mount.host} does not exist")
+        for mount in existing_mounts(mounts):
             args += ["--bind" if mount.writable else "--ro-bind", str(mount.host), mount.target]
         args += ["--chdir", cwd]
         if self._as_root():
@@ -250,6 +248,14 @@ def directory_bytes(directory: Path) -> int:
     return total
 
 
+def existing_mounts(mounts: Sequence[Mount]) -> Sequence[Mount]:
+    """`mounts`, or SandboxError naming the first whose host side is missing."""
+    for mount in mounts:
+        if not Path(mount.host).exists():
+            raise SandboxError(f"mount source {mount.host} does not exist")
+    return mounts
+
+
 def own_writable_mounts(mounts: Sequence[Mount], uid: int, gid: int) -> None:
     """Hand the writable mounts to the unprivileged uid a command runs as.
     lchown: never follow a link an earlier command may have planted."""
@@ -311,13 +317,10 @@ class DockerSandbox(Sandbox):
             "--tmpfs", f"/tmp:rw,exec,mode=1777,size={limits.tmp_bytes}",
             "--shm-size", str(limits.tmp_bytes),
             "--log-driver", "none",  # output is read from the attached stream, never kept by the engine
-            "--env", f"PATH={SANDBOX_PATH}", "--env", "HOME=/tmp", "--env", "LANG=C.UTF-8",
         ]
-        for key, value in env.items():
+        for key, value in {**SANDBOX_ENV, **env}.items():
             args += ["--env", f"{key}={value}"]
-        for mount in mounts:
-            if not Path(mount.host).exists():
-                raise SandboxError(f"mount source {mount.host} does not exist")
+        for mount in existing_mounts(mounts):
             options = "" if mount.writable else ",readonly"
             # --mount, not -v: a missing source is an error, never silently created.
             args += ["--mount", f"type=bind,source={Path(mount.host).resolve()},target={mount.target}{options}"]
