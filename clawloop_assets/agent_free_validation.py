@@ -135,7 +135,7 @@ def _run_oracle(sandbox: Sandbox, bundle: TaskBundle, directory: Path, workspace
     for name, make in (("empty", _empty_deliverables), ("perturbed", _perturb_deliverable)):
         wrong = directory / name
         shutil.copytree(workspace, wrong, symlinks=True, ignore=special_files)
-        change = make(wrong, checks)
+        change = make(wrong, checks, sandbox)
         if change is None:
             continue  # nothing of this kind to try on this task (e.g. no file deliverable)
         wrong_verdict = run_verifier(sandbox, bundle, wrong)
@@ -148,9 +148,9 @@ def _run_oracle(sandbox: Sandbox, bundle: TaskBundle, directory: Path, workspace
     return result
 
 
-def _empty_deliverables(workspace: Path, checks: list[dict]) -> str | None:
+def _empty_deliverables(workspace: Path, checks: list[dict], sandbox: Sandbox) -> str | None:
     """Every file deliverable present but empty."""
-    paths = sorted({c["path"] for c in checks if c.get("path")})
+    paths = sorted({c["path"] for c in checks if c.get("path") and c.get("type") != "python_imports"})
     for path in paths:
         target = workspace / path
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -158,12 +158,27 @@ def _empty_deliverables(workspace: Path, checks: list[dict]) -> str | None:
     return f"{', '.join(paths)} empty" if paths else None
 
 
-def _perturb_deliverable(workspace: Path, checks: list[dict]) -> str | None:
+def _perturb_deliverable(workspace: Path, checks: list[dict], sandbox: Sandbox) -> str | None:
     """One value of the oracle's deliverable made wrong, the file otherwise
     intact: a verifier that only checks the deliverable exists, parses, or
     has the right shape passes this; a correct one does not."""
     for check in checks:
         kind, path = check.get("type"), check.get("path")
+        if kind == "python_imports":
+            for module in sorted(check.get("defines", {})):
+                target = workspace / check.get("root", "") / (module.replace(".", "/") + ".py")
+                if not target.is_file():
+                    target = target.with_suffix("") / "__init__.py"
+                if target.is_file() and not target.is_symlink():
+                    with target.open("a", encoding="utf-8") as handle:
+                        handle.write(f"\nfrom {module} import clawloop_name_nobody_defines\n")
+                    return f"{module} imports a name that does not exist"
+            continue
+        if kind == "sqlite_records":
+            change = _perturb_sqlite(sandbox, workspace, check)
+            if change is not None:
+                return change
+            continue
         if kind == "tree":
             for rel in sorted(check.get("files", {})):
                 target = workspace / rel
@@ -188,6 +203,24 @@ def _perturb_deliverable(workspace: Path, checks: list[dict]) -> str | None:
                 target.write_text("\n".join(lines[:-1] + [lines[-1] + "_wrong"]) + "\n", encoding="utf-8")
                 return f"{path}: its last line changed"
             continue
+        if kind == "contains":
+            for phrase in check["expected"]:
+                match = re.search(re.escape(str(phrase)), text, re.IGNORECASE)
+                if match:
+                    target.write_text(text[: match.start()] + text[match.end():], encoding="utf-8")
+                    return f"{path} no longer names {phrase}"
+            continue
+        if kind == "config_values":
+            lines = text.splitlines(keepends=True)
+            for key, value in sorted(check["expected"].items()):
+                option = re.compile(r'^\s*"?' + re.escape(key.rsplit(".", 1)[-1]) + r'"?\s*[=:]')
+                for index, line in enumerate(lines):
+                    changed = _replace_value(line, value) if option.match(line) else None
+                    if changed is not None:
+                        lines[index] = changed
+                        target.write_text("".join(lines), encoding="utf-8")
+                        return f"{path}: {key} changed"
+            continue
         if kind in ("csv_records", "json_records"):
             keys = set(check.get("key", []))
             for record in check["expected"]:
@@ -196,6 +229,39 @@ def _perturb_deliverable(workspace: Path, checks: list[dict]) -> str | None:
                     if changed is not None:
                         target.write_text(changed, encoding="utf-8")
                         return f"{path}: {column} of one record changed"
+    return None
+
+
+_SQLITE_PERTURB = """
+import sqlite3, sys
+path, table, column, key_sql, key_values = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
+con = sqlite3.connect(path)
+cur = con.execute('UPDATE "%s" SET "%s" = CASE WHEN typeof("%s") IN ('integer', 'real') THEN "%s" + 7 '
+                  'ELSE coalesce("%s", '') || 'x' END WHERE %s' % (table, column, column, column, column, key_sql), key_values)
+con.commit()
+print(cur.rowcount)
+"""
+
+
+def _perturb_sqlite(sandbox: Sandbox, workspace: Path, check: dict) -> str | None:
+    """One cell of one keyed row changed, inside the sandbox (the database is
+    the oracle's output, and SQLite parses it)."""
+    target = workspace / check["path"]
+    if not target.is_file() or target.is_symlink():
+        return None
+    keys = list(check.get("key", []))
+    for record in check["expected"]:
+        column = next((c for c in check["columns"] if c not in keys), None)
+        if column is None:
+            return None
+        key_sql = " AND ".join(f'CAST("{k}" AS TEXT) = ?' for k in keys)
+        outcome = sandbox.run(
+            ["python3", "-I", "-c", _SQLITE_PERTURB, f"/workspace/{check['path']}", check["table"], column, key_sql,
+             *[str(record[k]) for k in keys]],
+            [Mount(workspace, "/workspace", writable=True)], cwd="/workspace", limits=ORACLE_LIMITS)
+        if outcome.exit_code == 0 and outcome.output.strip().endswith("1"):
+            return f"{check['path']}: {column} of one {check['table']} row changed"
+        return None
     return None
 
 
@@ -266,7 +332,9 @@ def _answer_values(checks: list[dict], environment_files: set[str]) -> Iterable[
             yield check["expected"]
         elif kind == "lines":
             yield from check["expected"]
-        elif kind in ("csv_records", "json_records"):
+        elif kind == "config_values":
+            yield from check["expected"].values()
+        elif kind in ("csv_records", "json_records", "sqlite_records"):
             keys = set(check.get("key", []))
             for record in check["expected"]:
                 # Business keys (group names, ids) are in the data by design; the

@@ -33,7 +33,7 @@ GENERATOR_LIMITS = SandboxLimits(wall_seconds=20.0, cpu_seconds=10, memory_bytes
 # Disk quota of what one generator run may write (a bundle is kilobytes to a few megabytes).
 GENERATOR_OUTPUT_BYTES = 64 << 20
 # Turn caps grow with the level; the embedded model works in one turn at level 0.
-MAX_TURNS = {0: 4, 1: 8, 2: 16}
+MAX_TURNS = {0: 4, 1: 8, 2: 16, 3: 24, 4: 32, 5: 40}
 COMMAND_TIMEOUT_S = 20.0
 OUTPUT_TAIL_CHARS = 600
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 TRACKS = ("analysis", "terminal")
-FORMATS = ("number", "text", "lines", "csv", "json", "tree")
+FORMATS = ("number", "text", "lines", "csv", "json", "files", "report", "tree", "sqlite", "python")
 REQUIRED_FILES = (
     "task.toml",
     "instruction.md",
@@ -59,7 +59,7 @@ class TaskBundle:
     domain: str
     difficulty: int
     track: str  # "analysis" | "terminal"
-    format: str  # the deliverable format: number, text, lines, csv, json, tree
+    format: str  # the deliverable format, one of FORMATS
     generator_id: str
     seed: int
     round_key: str

@@ -13,6 +13,23 @@ import os
 import random
 from decimal import Decimal
 
+# The difficulty scale, the same in every family. Every knob is in the
+# generator (the data and layout it writes), none in the prompt:
+#   0  one step on one small file: a single command solves it
+#   1  a few steps on one or two files
+#   2  stated rules with hidden decisions (rounding order, ties at thresholds,
+#      tolerances, omitted groups, tie-breaking), a structured deliverable
+#   3  multi-hop layout: an index file with ids and file names but no values,
+#      per-entity detail files none of which suffices alone, and at least one
+#      cross-cutting reference table
+#   4  level 3 on dirty data: distractor records, missing fields, schema
+#      differences across files, unit mismatches; the contract says how each
+#      is treated and the gold answer is computed on the dirty data
+#   5  level 4 with more hidden decisions and larger data (hundreds of records)
+LEVELS = 6
+# Structured deliverables rotate through these with the seed (levels 2 and up).
+DELIVERABLE_FORMATS = ("json", "csv", "files", "report")
+
 
 def run(build):
     """Parses --params/--seed/--out and writes `build(seed, params)` to --out."""
@@ -48,7 +65,9 @@ def decimal_text(cents):
 
 def render_contract(contract):
     deliverable = contract["deliverable"]
-    lines = ["# Answer contract", "", "Deliverable: `%s` (%s)." % (deliverable["path"], deliverable["schema"]), "", "Rules:"]
+    paths = deliverable.get("paths") or [deliverable["path"]]
+    shown = ", ".join("`%s`" % path for path in paths)
+    lines = ["# Answer contract", "", "Deliverable: %s (%s)." % (shown, deliverable["schema"]), "", "Rules:"]
     lines += ["- " + rule for rule in contract["rules"]]
     return "\n".join(lines) + "\n"
 
@@ -65,8 +84,9 @@ def write_task(out, task):
     for rel in sorted(files):
         path = os.path.join(out, rel)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(files[rel])
+        data = files[rel]  # text, or bytes for a binary file (a SQLite database)
+        with open(path, "wb") as handle:
+            handle.write(data if isinstance(data, bytes) else data.encode("utf-8"))
 
 
 def assemble(params, instruction, environment, contract, checks, key, solution, fmt):
@@ -97,3 +117,121 @@ def cents_range(domain):
 
 def csv_text(header, rows):
     return "\n".join([",".join(header)] + [",".join(str(v) for v in row) for row in rows]) + "\n"
+
+
+# ---- structured deliverables in every format
+
+def deliverable_format(seed):
+    return DELIVERABLE_FORMATS[seed % len(DELIVERABLE_FORMATS)]
+
+
+def records_deliverable(fmt, stem, key, columns, expected, number_tolerance=0.001, split_column=None, split_values=()):
+    """One structured deliverable of `expected` (a list of dicts over `columns`,
+    numbers as int/float, missing values as None) in the format `fmt`:
+
+    json     `<stem>.json`, a JSON array of objects
+    csv      `<stem>.csv` with a header row
+    files    `<stem>/<value>.csv`, one CSV per value of `split_column`, a
+             header-only file for a value with no records
+    report   `<stem>.md`, a free-text report for people that names every
+             record's key, with the machine-checkable sidecar `<stem>.json`
+
+    Returns {"paths", "schema", "rules", "checks", "writer", "format"}: the
+    contract's deliverable schema and format rules, the verifier checks, and
+    the source of a Python function `write_deliverable(result)` for the oracle
+    solution (`result` is a list of dicts; Decimal values are written as
+    numbers)."""
+    if fmt not in DELIVERABLE_FORMATS:
+        raise ValueError("unknown deliverable format %r" % (fmt,))
+    rules = {c: {"kind": "number", "tolerance": number_tolerance} if is_number_column(expected, c) else {"kind": "text"}
+             for c in columns}
+    listed = ", ".join("`%s`" % c for c in columns)
+    json_rule = "Numbers are JSON numbers; a missing value is null."
+    csv_rule = "Numbers are written as plain decimals; a missing value is an empty field."
+    order_rule = "Records may be in any order; numbers are compared with an absolute tolerance of %s." % number_tolerance
+
+    def records_check(kind, path, records):
+        return {"type": kind, "name": "records in %s" % path, "path": path, "key": list(key),
+                "columns": rules, "expected": records}
+
+    if fmt == "json":
+        path = stem + ".json"
+        schema = "a JSON array with one object per record, keys %s" % listed
+        checks = [records_check("json_records", path, expected)]
+        paths, extra = [path], [json_rule]
+    elif fmt == "csv":
+        path = stem + ".csv"
+        schema = "CSV with header `%s`, one row per record" % ",".join(columns)
+        checks = [records_check("csv_records", path, expected)]
+        paths, extra = [path], [csv_rule]
+    elif fmt == "files":
+        if split_column is None or not split_values:
+            raise ValueError("the files format needs split_column and split_values")
+        paths = ["%s/%s.csv" % (stem, value) for value in split_values]
+        schema = "one CSV per %s in the directory `%s/`, named `<%s>.csv`, header `%s`" % (
+            split_column, stem, split_column, ",".join(columns))
+        checks = [records_check("csv_records", "%s/%s.csv" % (stem, value),
+                                [r for r in expected if r[split_column] == value]) for value in split_values]
+        extra = [csv_rule, "Write a file for each of %s; a file with no records holds only the header."
+                 % ", ".join("`%s`" % v for v in split_values)]
+    else:
+        path, sidecar = stem + ".md", stem + ".json"
+        paths = [path, sidecar]
+        schema = "a report for people in `%s`, and its machine-checkable sidecar `%s`: a JSON array with one object per record, keys %s" % (
+            path, sidecar, listed)
+        mentions = sorted({" ".join(str(r[k]) for k in key) for r in expected})
+        checks = [
+            {"type": "contains", "name": "report names every record", "path": path, "min_words": 12, "expected": mentions},
+            records_check("json_records", sidecar, expected),
+        ]
+        extra = ["The report is free text of at least 12 words that names every record by its %s." % " ".join(key),
+                 json_rule]
+    writer = WRITER_SOURCE % {
+        "fmt": fmt, "stem": stem, "columns": list(columns), "key": list(key),
+        "split": split_column, "values": list(split_values),
+    }
+    return {"paths": paths, "schema": schema, "rules": extra + [order_rule], "checks": checks, "writer": writer,
+            "format": fmt}
+
+
+def is_number_column(expected, column):
+    values = [r.get(column) for r in expected if r.get(column) is not None]
+    return bool(values) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
+# The oracle's writer: plain stdlib code a solution script embeds (format with %).
+WRITER_SOURCE = """
+import csv as _csv, json as _json, os as _os
+from decimal import Decimal as _Decimal
+
+def _plain(value):
+    if isinstance(value, _Decimal):
+        return int(value) if value == value.to_integral_value() and value.as_tuple().exponent >= 0 else float(value)
+    return value
+
+def _write_csv(path, rows):
+    with open(path, "w", newline="") as handle:
+        writer = _csv.writer(handle, lineterminator="\\n")
+        writer.writerow(%(columns)r)
+        for row in rows:
+            writer.writerow(["" if row[c] is None else row[c] for c in %(columns)r])
+
+def write_deliverable(result):
+    fmt, stem = %(fmt)r, %(stem)r
+    if fmt == "csv":
+        _write_csv(stem + ".csv", result)
+    elif fmt == "files":
+        _os.makedirs(stem, exist_ok=True)
+        for value in %(values)r:
+            _write_csv("%%s/%%s.csv" %% (stem, value), [r for r in result if r[%(split)r] == value])
+    else:
+        if fmt == "report":
+            lines = ["# Findings", "", "This report lists %%d records found by the rules of the contract." %% len(result), ""]
+            for r in result:
+                name = " ".join(str(r[k]) for k in %(key)r)
+                lines.append("- %%s: " %% name + ", ".join("%%s %%s" %% (c, r[c]) for c in %(columns)r if c not in %(key)r))
+            with open(stem + ".md", "w") as handle:
+                handle.write("\\n".join(lines) + "\\n")
+        with open(stem + ".json", "w") as handle:
+            _json.dump([{c: _plain(r[c]) for c in %(columns)r} for r in result], handle, indent=2)
+"""

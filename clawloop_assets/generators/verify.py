@@ -13,13 +13,17 @@ which the runner records as a verifier error, not a score.
 """
 
 import argparse
+import ast
+import configparser
 import csv
 import hashlib
 import io
 import json
 import math
 import os
+import sqlite3
 import stat
+import tempfile
 
 MAX_BYTES = 8 << 20
 
@@ -202,7 +206,8 @@ def compare_cell(actual, expected, rule, where):
 
 
 def check_records(workspace, check):
-    records = csv_rows(workspace, check) if check["type"] == "csv_records" else json_rows(workspace, check)
+    readers = {"csv_records": csv_rows, "json_records": json_rows, "sqlite_records": sqlite_rows}
+    records = readers[check["type"]](workspace, check)
     key_columns = check["key"]
     actual = {}
     for record in records:
@@ -251,6 +256,200 @@ def check_tree(workspace, check):
     return "%d expected files in place" % len(check["files"])
 
 
+def sqlite_rows(workspace, check):
+    """The rows of one table of a SQLite database in the workspace, read from a
+    private copy of its bytes (never the agent's file in place)."""
+    data = read_deliverable(workspace, check["path"])
+    if not data.startswith(b"SQLite format 3\x00"):
+        raise Failed("%s is not a SQLite database" % check["path"])
+    with tempfile.TemporaryDirectory() as scratch:
+        copy = os.path.join(scratch, "copy.db")
+        with open(copy, "wb") as handle:
+            handle.write(data)
+        try:
+            con = sqlite3.connect("file:%s?mode=ro&immutable=1" % copy, uri=True)
+            try:
+                con.execute("PRAGMA trusted_schema = OFF")
+                names = {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+                if check["table"] not in names:
+                    raise Failed("%s: no table %s" % (check["path"], check["table"]))
+                cursor = con.execute('SELECT * FROM "%s"' % check["table"].replace('"', '""'))
+                header = [d[0] for d in cursor.description]
+                rows = [dict(zip(header, row)) for row in cursor.fetchall()]
+            finally:
+                con.close()
+        except sqlite3.DatabaseError as exc:
+            raise Failed("%s: unreadable database (%s)" % (check["path"], exc)) from None
+    missing = [c for c in check["columns"] if c not in header]
+    if missing:
+        raise Failed("%s: table %s lacks column(s) %s" % (check["path"], check["table"], ", ".join(missing)))
+    return rows
+
+
+def config_value(data, fmt, key, where):
+    if fmt == "json":
+        node = data
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                raise Failed("%s: no key %s" % (where, key))
+            node = node[part]
+        return node
+    if fmt == "ini":
+        section, _, option = key.partition(".")
+        if not data.has_option(section, option):
+            raise Failed("%s: no option %s" % (where, key))
+        return data.get(section, option)
+    if key not in data:
+        raise Failed("%s: no key %s" % (where, key))
+    return data[key]
+
+
+def parse_config(workspace, check):
+    text = read_text(workspace, check["path"])
+    fmt = check["format"]
+    if fmt == "json":
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise Failed("%s is not valid JSON (%s)" % (check["path"], exc)) from None
+    if fmt == "ini":
+        parser = configparser.ConfigParser(interpolation=None)
+        parser.optionxform = str
+        try:
+            parser.read_string(text)
+        except configparser.Error as exc:
+            raise Failed("%s is not a valid INI file (%s)" % (check["path"], str(exc).splitlines()[0])) from None
+        return parser
+    if fmt == "env":
+        values = {}
+        for number, line in enumerate(text.splitlines(), start=1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            name, sep, value = line.partition("=")
+            if not sep:
+                raise Failed("%s line %d: not KEY=value" % (check["path"], number))
+            if name.strip() in values:
+                raise Failed("%s: key %s is set twice" % (check["path"], name.strip()))
+            values[name.strip()] = value.strip()
+        return values
+    raise ValueError("answer.json: unknown config format %r" % (fmt,))
+
+
+def check_config_values(workspace, check):
+    """Each listed key of a JSON, INI or KEY=value file holds its expected
+    value (numbers compared as numbers); keys in `absent` are gone."""
+    data = parse_config(workspace, check)
+    rule = {"kind": "number", "tolerance": check.get("tolerance", 0)}
+    for key, expected in sorted(check["expected"].items()):
+        actual = config_value(data, check["format"], key, check["path"])
+        where = "%s: %s" % (check["path"], key)
+        if isinstance(expected, bool) or expected is None or isinstance(expected, (list, dict)):
+            if actual != expected:
+                raise Failed("%s: not the expected value" % where)
+        elif isinstance(expected, (int, float)):
+            compare_cell(actual, expected, rule, where)
+        else:
+            compare_cell(actual, expected, {"kind": "text"}, where)
+    for key in check.get("absent", []):
+        try:
+            config_value(data, check["format"], key, check["path"])
+        except Failed:
+            continue
+        raise Failed("%s: key %s should no longer be set" % (check["path"], key))
+    return "%s: all %d keys hold the expected values" % (check["path"], len(check["expected"]))
+
+
+def check_contains(workspace, check):
+    """A free-text report: at least `min_words` words and every expected
+    phrase present (case and spacing ignored)."""
+    text = read_text(workspace, check["path"])
+    words = text.split()
+    if len(words) < check.get("min_words", 1):
+        raise Failed("%s has %d words, fewer than %d" % (check["path"], len(words), check.get("min_words", 1)))
+    folded = " ".join(words).lower()
+    missing = [p for p in check["expected"] if " ".join(str(p).split()).lower() not in folded]
+    if missing:
+        raise Failed("%s does not mention %d of the %d required items" % (check["path"], len(missing), len(check["expected"])))
+    return "%s mentions all %d required items" % (check["path"], len(check["expected"]))
+
+
+def python_modules(workspace, root):
+    """{dotted module name: parsed tree} for every .py file under `root`."""
+    base = os.path.join(workspace, safe_relpath(root)) if root else workspace
+    modules = {}
+    for rel, kind in sorted(workspace_files(base).items()):
+        if not rel.endswith(".py"):
+            continue
+        if kind != "file":
+            raise Failed("%s is a symlink" % rel)
+        source = read_text(base, rel)
+        try:
+            tree = ast.parse(source, filename=rel)
+        except SyntaxError as exc:
+            raise Failed("%s does not parse (line %s: %s)" % (rel, exc.lineno, exc.msg)) from None
+        name = rel[:-3].replace("/", ".")
+        if name.endswith(".__init__"):
+            name = name[: -len(".__init__")]
+        modules[name] = tree
+    return modules
+
+
+def top_level_names(tree):
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names if a.name != "*")
+    return names
+
+
+def check_python_imports(workspace, check):
+    """A multi-module program read as data (parsed, never run): every module
+    parses; every import of one of its own modules names a module that exists
+    and, for `from m import x`, an x that m defines at top level or a submodule
+    of m; each module in `defines` defines those names; `absent` modules are gone."""
+    modules = python_modules(workspace, check.get("root", ""))
+    local_roots = {name.split(".")[0] for name in modules}
+    for name, tree in sorted(modules.items()):
+        package = name if name in {m.rsplit(".", 1)[0] for m in modules if "." in m} else name.rpartition(".")[0]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.split(".")[0] in local_roots and alias.name not in modules:
+                        raise Failed("%s: import %s does not resolve" % (name, alias.name))
+            elif isinstance(node, ast.ImportFrom):
+                target = node.module or ""
+                if node.level:
+                    parts = package.split(".") if package else []
+                    if node.level - 1 > len(parts):
+                        raise Failed("%s: relative import beyond the top package" % name)
+                    base = parts[: len(parts) - (node.level - 1)]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                if target.split(".")[0] not in local_roots:
+                    continue
+                if target not in modules:
+                    raise Failed("%s: from %s import ... does not resolve" % (name, target))
+                defined = top_level_names(modules[target])
+                for alias in node.names:
+                    if alias.name != "*" and alias.name not in defined and "%s.%s" % (target, alias.name) not in modules:
+                        raise Failed("%s: %s does not define %s" % (name, target, alias.name))
+    for module, names in sorted(check.get("defines", {}).items()):
+        if module not in modules:
+            raise Failed("module %s does not exist" % module)
+        lacking = sorted(set(names) - top_level_names(modules[module]))
+        if lacking:
+            raise Failed("module %s does not define %s" % (module, ", ".join(lacking)))
+    for module in check.get("absent", []):
+        if module in modules:
+            raise Failed("module %s should no longer exist" % module)
+    return "%d modules parse and every import resolves" % len(modules)
+
+
 CHECKS = {
     "number": check_number,
     "text": check_text,
@@ -258,6 +457,10 @@ CHECKS = {
     "csv_records": check_records,
     "json_records": check_records,
     "tree": check_tree,
+    "sqlite_records": check_records,  # rows located by business key, like the others
+    "config_values": check_config_values,
+    "contains": check_contains,
+    "python_imports": check_python_imports,
 }
 
 
