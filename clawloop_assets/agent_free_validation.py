@@ -171,8 +171,8 @@ def _perturb_deliverable(workspace: Path, checks: list[dict], sandbox: Sandbox) 
                     target = target.with_suffix("") / "__init__.py"
                 if target.is_file() and not target.is_symlink():
                     with target.open("a", encoding="utf-8") as handle:
-                        handle.write(f"\nfrom {module} import clawloop_name_nobody_defines\n")
-                    return f"{module} imports a name that does not exist"
+                        handle.write(f"\nimport {module.split('.')[0]}.clawloop_module_nobody_wrote\n")
+                    return f"{module} imports a module that does not exist"
             continue
         if kind == "sqlite_records":
             change = _perturb_sqlite(sandbox, workspace, check)
@@ -210,6 +210,11 @@ def _perturb_deliverable(workspace: Path, checks: list[dict], sandbox: Sandbox) 
                     target.write_text(text[: match.start()] + text[match.end():], encoding="utf-8")
                     return f"{path} no longer names {phrase}"
             continue
+        if kind == "config_values" and check.get("format") == "json":
+            change = _perturb_json_config(target, text, check["expected"])
+            if change is not None:
+                return f"{path}: {change} changed"
+            continue
         if kind == "config_values":
             lines = text.splitlines(keepends=True)
             for key, value in sorted(check["expected"].items()):
@@ -232,14 +237,37 @@ def _perturb_deliverable(workspace: Path, checks: list[dict], sandbox: Sandbox) 
     return None
 
 
+def _perturb_json_config(target: Path, text: str, expected: dict) -> str | None:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    for key, value in sorted(expected.items()):
+        *parents, last = key.split(".")
+        node = data
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and last in node:
+            if isinstance(value, bool):
+                node[last] = not value
+            elif isinstance(value, (int, float)):
+                node[last] = value + 7
+            else:
+                node[last] = f"{value}x"
+            target.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+            return key
+    return None
+
+
 _SQLITE_PERTURB = """
 import sqlite3, sys
-path, table, column, key_sql, key_values = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
+path, table, column, where, key_values = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
+t, c = ['"' + name.replace('"', '""') + '"' for name in (table, column)]
+sql = ("UPDATE %s SET %s = CASE WHEN typeof(%s) IN ('integer', 'real') THEN %s + 7 ELSE coalesce(%s, '') || 'x' END WHERE %s"
+       % (t, c, c, c, c, where))
 con = sqlite3.connect(path)
-cur = con.execute('UPDATE "%s" SET "%s" = CASE WHEN typeof("%s") IN ('integer', 'real') THEN "%s" + 7 '
-                  'ELSE coalesce("%s", '') || 'x' END WHERE %s' % (table, column, column, column, column, key_sql), key_values)
+print(con.execute(sql, key_values).rowcount)
 con.commit()
-print(cur.rowcount)
 """
 
 
@@ -254,7 +282,7 @@ def _perturb_sqlite(sandbox: Sandbox, workspace: Path, check: dict) -> str | Non
         column = next((c for c in check["columns"] if c not in keys), None)
         if column is None:
             return None
-        key_sql = " AND ".join(f'CAST("{k}" AS TEXT) = ?' for k in keys)
+        key_sql = " AND ".join('CAST("%s" AS TEXT) = ?' % k.replace('"', '""') for k in keys)
         outcome = sandbox.run(
             ["python3", "-I", "-c", _SQLITE_PERTURB, f"/workspace/{check['path']}", check["table"], column, key_sql,
              *[str(record[k]) for k in keys]],
