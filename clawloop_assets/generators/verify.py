@@ -14,6 +14,7 @@ which the runner records as a verifier error, not a score.
 
 import argparse
 import ast
+import builtins
 import configparser
 import csv
 import hashlib
@@ -408,11 +409,34 @@ def top_level_names(tree):
     return names
 
 
+def unresolved_names(tree):
+    """(function, name) for the first name a top-level function reads that is
+    neither bound in it, nor a top-level name of its module, nor a builtin."""
+    module_names = top_level_names(tree) | set(dir(builtins))
+    for node in tree.body:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        bound = {a.arg for a in ast.walk(node) if isinstance(a, ast.arg)}
+        bound |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+        bound |= {n.name for n in ast.walk(node) if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n is not node}
+        for inner in ast.walk(node):
+            if isinstance(inner, (ast.Import, ast.ImportFrom)):
+                bound |= {(a.asname or a.name).split(".")[0] for a in inner.names}
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in bound | module_names:
+                return node.name, n.id
+    return None
+
+
 def check_python_imports(workspace, check):
     """A multi-module program read as data (parsed, never run): every module
     parses; every import of one of its own modules names a module that exists
     and, for `from m import x`, an x that m defines at top level or a submodule
-    of m; each module in `defines` defines those names; `absent` modules are gone."""
+    of m; with `names_resolve`, every name a top-level function reads is bound
+    in it, at its module's top level or a builtin; each module in `defines`
+    defines those names and none in
+    `absent_names` defines or imports those; each function or class in
+    `digests` ("module:name") is the original code; `absent` modules are gone."""
     modules = python_modules(workspace, check.get("root", ""))
     local_roots = {name.split(".")[0] for name in modules}
     for name, tree in sorted(modules.items()):
@@ -444,6 +468,22 @@ def check_python_imports(workspace, check):
         lacking = sorted(set(names) - top_level_names(modules[module]))
         if lacking:
             raise Failed("module %s does not define %s" % (module, ", ".join(lacking)))
+    if check.get("names_resolve"):
+        for name, tree in sorted(modules.items()):
+            unresolved = unresolved_names(tree)
+            if unresolved:
+                raise Failed("%s: %s uses %s, which nothing defines or imports" % ((name,) + unresolved))
+    for module, names in sorted(check.get("absent_names", {}).items()):
+        kept = sorted(set(names) & top_level_names(modules[module])) if module in modules else []
+        if kept:
+            raise Failed("module %s still defines or imports %s" % (module, ", ".join(kept)))
+    for where, digest in sorted(check.get("digests", {}).items()):
+        module, _, name = where.partition(":")
+        nodes = [n for n in modules.get(module, ast.Module(body=[])).body
+                 if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == name]
+        # ast.dump leaves out positions and comments: the code may move, not change.
+        if not nodes or hashlib.sha256(ast.dump(nodes[0]).encode()).hexdigest() != digest:
+            raise Failed("%s in %s is not the original code" % (name, module))
     for module in check.get("absent", []):
         if module in modules:
             raise Failed("module %s should no longer exist" % module)
