@@ -9,7 +9,14 @@ the sandbox as
 
 Levels: 0 = one explicit shell step; 1 = count or maximum per group into a
 CSV; 2 = medians per group with filters, tiers at thresholds, half-up
-rounding on output, empty groups omitted, CSV or JSON deliverable.
+rounding on output, empty groups omitted, CSV or JSON deliverable; 3 = the
+same statistics over a multi-hop layout (index.csv lists each record's detail
+file, the detail files carry a group code, a reference table names the
+codes); 4 = level 3 on dirty data (detail files the index does not list,
+values given in hundredths under another field name, missing values); 5 =
+level 4 with hundreds of records, revised records (the highest revision
+counts) and groups too small to tier. Levels 3-5 rotate the deliverable
+through JSON, CSV, one file per tier and a report with a JSON sidecar.
 """
 
 import os
@@ -19,7 +26,17 @@ from decimal import ROUND_HALF_UP, Decimal
 # -I drops the script's directory from sys.path; it is our read-only /generator, so put it back.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from generator_common import assemble, build_level, cents_range, csv_text, decimal_text, record_ids, run  # noqa: E402
+from generator_common import (  # noqa: E402
+    assemble,
+    build_level,
+    cents_range,
+    csv_text,
+    decimal_text,
+    deliverable_format,
+    record_ids,
+    records_deliverable,
+    run,
+)
 
 TIERS = ["low", "medium", "high"]
 
@@ -274,8 +291,210 @@ def level2(rng, seed, params):
     return assemble(params, instruction, environment, contract, [check], {out: expected}, solution, fmt)
 
 
+MIN_RECORDS = 3  # level 5: a group with fewer counted records gets no computed tier
+SMALL = "insufficient"
+
+
+def detail_text(fields):
+    return "".join("%s: %s\n" % (name, value) for name, value in fields)
+
+
+def multi_hop(rng, seed, params, dirty, large):
+    """Levels 3-5: the level-2 statistics, one hop further from the data."""
+    d = params["domain"]
+    idf, gf, nf = d["id_field"], d["group_field"], d["numeric_field"]
+    lo, hi = cents_range(d)
+    span = hi - lo
+    t1 = int(round((lo + span / 3) / 10)) * 10
+    t2 = int(round((lo + 2 * span / 3) / 10)) * 10
+    on_group, below_group, half_group, plain_group, empty_group = rng.sample(d["group_values"], 5)
+    on_threshold, other_threshold = rng.sample([t1, t2], 2)
+    k = (lambda: rng.randint(20, 30)) if large else (lambda: rng.randint(2, 3))
+    counted = {
+        on_group: odd_group(rng, lo, hi, on_threshold, k()),
+        below_group: odd_group(rng, lo, hi, other_threshold - 3, k()),
+        # Level 5: a group with fewer than MIN_RECORDS counted records.
+        plain_group: [rng.randint(lo, hi) for _ in range(MIN_RECORDS - 1 if large else rng.randint(4, 7))],
+    }
+    middle = rng.randrange(t1 + 15, t2 - 15, 10)
+    if (middle // 10) % 2:
+        middle += 10 if middle + 10 < t2 - 15 else -10
+    gap, n = rng.randint(1, 4), k()
+    counted[half_group] = ([rng.randint(lo, middle - gap - 1) for _ in range(n)] + [middle - gap, middle + gap]
+                           + [rng.randint(middle + gap + 1, hi) for _ in range(n)])
+    codes = dict(zip(d["group_values"], ["%s-%02d" % (gf[:3].upper(), c) for c in rng.sample(range(10, 99), 5)]))
+
+    # Each entity: (group, status, cents or None, planted). Planted: a counted
+    # value below its group's median given in hundredths (level 4+), or the
+    # one a superseded revision hides (level 5): reading either rule the other
+    # way moves that median.
+    entities = []
+    for g, values in counted.items():
+        revised = set()
+        if large and g == on_group:
+            revised = set([i for i, v in enumerate(values) if v < on_threshold][1:4])
+        for number, v in enumerate(values):
+            planted = "revised" if number in revised else (g != plain_group and number == 0)
+            entities.append((g, "valid", v, planted))
+    for g in [on_group, below_group, half_group, plain_group]:
+        # Ignored records sit at one extreme: counting them would move the median.
+        entities.append((g, "valid", None, False))
+        for _ in range(rng.randint(1, 2) * (4 if large else 1)):
+            extreme = rng.choice([rng.randint(lo, lo + span // 10), rng.randint(hi - span // 10, hi)])
+            entities.append(rng.choice([(g, "void", extreme, False), (g, "valid", None, False)]))
+    entities += [(empty_group, rng.choice(["void", "valid"]), None, False) for _ in range(rng.randint(2, 3))]
+    rng.shuffle(entities)
+    stale = rng.randint(2, 4) if dirty else 0
+    ids = record_ids(rng, d, len(entities) + stale)
+    environment, index_rows = {}, []
+
+    def write_detail(record_id, group, status, cents, name, hundredths=False):
+        fields = [(idf, record_id), (gf + "_code", codes[group]), ("status", status)]
+        if cents is not None:
+            # Dirty data: some files give the value in hundredths under another field name.
+            if dirty and (hundredths or rng.random() < 0.3):
+                fields.append((nf + "_hundredths", str(cents)))
+            else:
+                fields.append((nf, decimal_text(cents)))
+        elif dirty and rng.random() < 0.5:
+            fields.append((nf, ""))
+        rng.shuffle(fields)
+        environment[name] = detail_text(fields)
+
+    for number, (group, status, cents, planted) in enumerate(entities):
+        record_id = ids[number]
+        name = "records/%s.txt" % record_id.lower()
+        if planted == "revised":
+            # A superseded revision with a value at the top: counting it would move the median.
+            old = "records/%s-r1.txt" % record_id.lower()
+            write_detail(record_id, group, "valid", hi, old)
+            index_rows.append((record_id, old, 1))
+            name = "records/%s-r2.txt" % record_id.lower()
+            index_rows.append((record_id, name, 2))
+        else:
+            index_rows.append((record_id, name, 1))
+        write_detail(record_id, group, status, cents, name, hundredths=planted is True)
+    for record_id in ids[len(entities):]:
+        # Detail files the index does not list: left over, never counted.
+        write_detail(record_id, rng.choice([on_group, half_group]), "valid", rng.choice([lo, hi]),
+                     "records/%s.txt" % record_id.lower())
+    rng.shuffle(index_rows)
+    if large:
+        environment["index.csv"] = csv_text([idf, "file", "revision"], index_rows)
+    else:
+        environment["index.csv"] = csv_text([idf, "file"], [row[:2] for row in index_rows])
+    code_rows = sorted((code, group) for group, code in codes.items())
+    environment["%s_codes.csv" % gf] = csv_text(["code", gf], code_rows)
+
+    median_col = "median_" + nf
+    tiers = TIERS + ([SMALL] if large else [])
+    expected = []
+    for g in sorted(counted):
+        m = median_of([Decimal(v) for v in counted[g]]) / 100
+        tier = "low" if m < Decimal(t1) / 100 else ("medium" if m < Decimal(t2) / 100 else "high")
+        if large and len(counted[g]) < MIN_RECORDS:
+            tier = SMALL
+        expected.append({gf: g, "records": len(counted[g]),
+                         median_col: float(m.quantize(Decimal("0.1"), rounding=ROUND_HALF_UP)), "tier": tier})
+    fmt = deliverable_format(seed)
+    columns = [gf, "records", median_col, "tier"]
+    out = records_deliverable(fmt, "%s_tiers" % gf, [gf], columns, expected, split_column="tier", split_values=tiers)
+    t1_text = str(Decimal(t1).scaleb(-2).quantize(Decimal("0.1")))
+    t2_text = str(Decimal(t2).scaleb(-2).quantize(Decimal("0.1")))
+    rules = [
+        "index.csv lists every record that counts and the detail file that holds it; a detail file the index does "
+        "not list is not counted." if dirty else "index.csv lists every record and the detail file that holds it.",
+        "A detail file gives the record's `%s_code`; %s_codes.csv maps each code to the %s name the deliverable "
+        "uses." % (gf, gf, gf),
+        "Only records with status `valid` and a non-empty `%s` are counted; every other record is ignored." % nf,
+        "`records` is the number of counted records of the %s." % gf,
+        "The median of an even number of values is the mean of the two middle values.",
+        "The tier comes from the unrounded median: `low` below %s, `medium` from %s up to but not including %s, "
+        "`high` at %s or above. A median exactly on a threshold goes to the higher tier." % (t1_text, t1_text, t2_text, t2_text),
+        "Round the median only on output, to one decimal place, halves rounded away from zero.",
+        "Any %s with no counted records is omitted." % gf,
+    ]
+    if dirty:
+        rules.append("A detail file may give `%s_hundredths` instead of `%s`: the value in hundredths of %s; it "
+                     "counts as that value divided by 100." % (nf, nf, d["unit"]))
+    if large:
+        rules += [
+            "A record listed several times in index.csv counts once, from the row with the highest `revision`.",
+            "A %s with fewer than %d counted records gets the tier `%s` (its median is still reported)."
+            % (gf, MIN_RECORDS, SMALL),
+        ]
+    contract = {
+        "deliverable": {"paths": out["paths"], "path": out["paths"][0], "format": fmt, "schema": out["schema"],
+                        "columns": columns},
+        "rules": rules + out["rules"],
+        "parameters": {"lower_threshold": float(t1_text), "upper_threshold": float(t2_text), "tolerance": 0.001,
+                       "min_records": MIN_RECORDS if large else 0},
+        "labels": list(tiers),
+    }
+    instruction = (
+        "The %s records in this workspace are spread over detail files: index.csv lists each %s and its file, and "
+        "%s_codes.csv names the %s codes the files use. Summarize the median %s (%s) per %s and give each %s a "
+        "tier, following the rules in CONTRACT.md exactly. Write the result as CONTRACT.md describes."
+        % (d["entity"], idf, gf, gf, d["numeric_label"], d["unit"], gf, gf))
+    solution = (
+        "python3 - <<'PY'\n"
+        "import csv\n"
+        "from decimal import Decimal, ROUND_HALF_UP\n"
+        "KEY, GROUP, VALUE = %r, %r, %r\n"
+        "T1, T2, MIN_RECORDS, SMALL = Decimal(%r), Decimal(%r), %d, %r\n"
+        "def read_detail(path):\n"
+        "    with open(path) as f:\n"
+        "        return dict(line.split(': ', 1) if ': ' in line else (line.rstrip(':'), '') for line in f.read().splitlines())\n"
+        "with open(GROUP + '_codes.csv', newline='') as f:\n"
+        "    names = {row['code']: row[GROUP] for row in csv.DictReader(f)}\n"
+        "latest = {}\n"
+        "with open('index.csv', newline='') as f:\n"
+        "    for row in csv.DictReader(f):\n"
+        "        revision = int(row.get('revision') or 1)\n"
+        "        if row[KEY] not in latest or revision > latest[row[KEY]][0]:\n"
+        "            latest[row[KEY]] = (revision, row['file'])\n"
+        "groups = {}\n"
+        "for key, (revision, path) in sorted(latest.items()):\n"
+        "    record = {k.strip(): v.strip() for k, v in read_detail(path).items()}\n"
+        "    if record.get('status') != 'valid':\n"
+        "        continue\n"
+        "    if record.get(VALUE):\n"
+        "        value = Decimal(record[VALUE])\n"
+        "    elif record.get(VALUE + '_hundredths'):\n"
+        "        value = Decimal(record[VALUE + '_hundredths']) / 100\n"
+        "    else:\n"
+        "        continue\n"
+        "    groups.setdefault(names[record[GROUP + '_code']], []).append(value)\n"
+        "result = []\n"
+        "for g in sorted(groups):\n"
+        "    v = sorted(groups[g])\n"
+        "    n = len(v)\n"
+        "    m = v[n // 2] if n %% 2 else (v[n // 2 - 1] + v[n // 2]) / 2\n"
+        "    tier = 'low' if m < T1 else ('medium' if m < T2 else 'high')\n"
+        "    if n < MIN_RECORDS:\n"
+        "        tier = SMALL\n"
+        "    result.append({GROUP: g, 'records': n, %r: m.quantize(Decimal('0.1'), ROUND_HALF_UP), 'tier': tier})\n"
+        "%s\n"
+        "write_deliverable(result)\n"
+        "PY\n" % (idf, gf, nf, t1_text, t2_text, MIN_RECORDS if large else 0, SMALL, median_col, out["writer"])
+    )
+    return assemble(params, instruction, environment, contract, out["checks"], {"records": expected}, solution, fmt)
+
+
+def level3(rng, seed, params):
+    return multi_hop(rng, seed, params, dirty=False, large=False)
+
+
+def level4(rng, seed, params):
+    return multi_hop(rng, seed, params, dirty=True, large=False)
+
+
+def level5(rng, seed, params):
+    return multi_hop(rng, seed, params, dirty=True, large=True)
+
+
 def build(seed, params):
-    return build_level((level0, level1, level2), seed, params)
+    return build_level((level0, level1, level2, level3, level4, level5), seed, params)
 
 
 if __name__ == "__main__":
