@@ -10,7 +10,14 @@ beside it: it runs in the sandbox as `python3 -I
 Levels: 0 = one `comm`/`sort` step on two sorted id lists; 1 = a set
 difference or amount comparison on two unsorted CSVs; 2 = full
 reconciliation with dirty keys, split entries, a match tolerance, and a CSV
-or JSON discrepancy report.
+or JSON discrepancy report; 3 = the same reconciliation over a multi-hop
+layout (the first source is an index of per-record detail files holding
+entries, the second is keyed by reference codes that a map turns into ids);
+4 = level 3 on dirty data (detail files the index does not list, a second
+export in cents under other column names, references the map does not know,
+dirty references); 5 = level 4 with well over a hundred records and voided
+entries. Levels 3-5 rotate the deliverable through JSON, CSV, one file per
+status and a report with a JSON sidecar.
 """
 
 import os
@@ -19,7 +26,17 @@ import sys
 # -I drops the script's directory from sys.path; it is our read-only /generator, so put it back.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from generator_common import assemble, build_level, cents_range, csv_text, decimal_text, record_ids, run  # noqa: E402
+from generator_common import (  # noqa: E402
+    assemble,
+    build_level,
+    cents_range,
+    csv_text,
+    decimal_text,
+    deliverable_format,
+    record_ids,
+    records_deliverable,
+    run,
+)
 
 
 def main():
@@ -250,8 +267,203 @@ def level2(rng, seed, params):
     return assemble(params, instruction, environment, contract, [check], {out: expected}, solution, fmt)
 
 
+TOLERANCE = 5  # cents: two totals match when they differ by at most this
+
+
+def planted_totals(rng, d, both, lo, hi):
+    """{id: (total in the first source, total in the second)} for ids in both
+    sources, with the level-2 cases planted: a difference inside, exactly at
+    and just beyond the tolerance, and far off."""
+    cases = ["within", "at_tolerance", "beyond", "far"] + ["exact"] * (len(both) - 4)
+    rng.shuffle(cases)
+    totals = {}
+    for i, case in zip(both, cases):
+        a = rng.randint(lo + 10, hi)
+        sign = rng.choice([-1, 1])
+        b = {"exact": a, "within": a + sign * rng.randint(1, TOLERANCE - 1), "at_tolerance": a + sign * TOLERANCE,
+             "beyond": a + sign * rng.randint(TOLERANCE + 1, TOLERANCE + 4),
+             "far": a + rng.randint(100, max(101, (hi - lo) // 4))}[case]
+        totals[i] = (a, b)
+    return totals
+
+
+def split_amount(rng, total, parts):
+    """`total` cents as `parts` positive amounts."""
+    if parts == 1 or total < parts:
+        return [total]
+    cuts = sorted(rng.sample(range(1, total), parts - 1))
+    return [b - a for a, b in zip([0] + cuts, cuts + [total])]
+
+
+def multi_hop(rng, seed, params, dirty, large):
+    """Levels 3-5: the level-2 reconciliation, one hop further from the data."""
+    d = params["domain"]
+    a_name, b_name = d["ledger_sources"]
+    idf, nf = d["id_field"], d["numeric_field"]
+    lo, hi = cents_range(d)
+    n_both = rng.randint(110, 140) if large else rng.randint(10, 14)
+    a_only, b_only, both = split_ids(rng, d, rng.randint(2, 4), rng.randint(2, 3), n_both)
+    totals = planted_totals(rng, d, both, lo, hi)
+    for i in a_only:
+        totals[i] = (rng.randint(lo + 10, hi), None)
+    for i in b_only:
+        totals[i] = (None, rng.randint(lo + 10, hi))
+    environment = {}
+
+    # The first source: index.csv -> one detail file of entries per record.
+    index_rows = []
+    voided = set(rng.sample(sorted(i for i in both if totals[i][0] == totals[i][1]), 2)) if large else set()
+    for i in sorted(i for i in totals if totals[i][0] is not None):
+        name = "%s/%s.txt" % (a_name, i.lower())
+        lines = ["%s: %s" % (idf, i)]
+        for amount in split_amount(rng, totals[i][0], rng.randint(1, 3)):
+            lines.append("entry: %s" % decimal_text(amount))
+        if i in voided:
+            # A voided entry: counting it would turn a match into a mismatch.
+            lines.insert(rng.randint(1, len(lines)), "entry: %s void" % decimal_text(rng.randint(100, 900)))
+        environment[name] = "\n".join(lines) + "\n"
+        index_rows.append((i, name))
+    stray = record_ids(rng, d, 60)
+    stray = [i for i in stray if i not in totals][: rng.randint(2, 3) if dirty else 0]
+    for i in stray:
+        # Dirty data: detail files the index does not list.
+        environment["%s/%s.txt" % (a_name, i.lower())] = "%s: %s\nentry: %s\n" % (idf, i, decimal_text(rng.randint(lo + 10, hi)))
+    rng.shuffle(index_rows)
+    environment["%s_index.csv" % a_name] = csv_text([idf, "file"], index_rows)
+
+    # The second source: rows keyed by reference codes; ref_map.csv maps them to ids.
+    refs = rng.sample(range(1000, 9999), 3 * len(totals) + 8)
+    ref_rows, b_rows = [], []
+    for i in sorted(i for i in totals if totals[i][1] is not None):
+        for amount in split_amount(rng, totals[i][1], rng.choice([1, 1, 2])):
+            ref = "R%d" % refs.pop()
+            ref_rows.append((ref, i))
+            b_rows.append((ref, amount))
+    unknown = [("R%d" % refs.pop(), rng.randint(lo + 10, hi)) for _ in range(rng.randint(1, 2) if dirty else 0)]
+    rng.shuffle(b_rows)
+    rng.shuffle(ref_rows)
+    environment["ref_map.csv"] = csv_text(["ref", idf], ref_rows)
+    amount_col = nf
+    if dirty:
+        # A second export in cents with other column names; references sometimes padded or lower case.
+        # Every file has known references (so each rule decides some amount) and a dirty one first.
+        cut = max(2, len(b_rows) // 3)
+        first, second = b_rows[cut:] + unknown, b_rows[:cut]
+        rng.shuffle(first)
+
+        def shown(rows):
+            return [((r.lower() if n == 0 else rng.choice([r, r, r.lower(), " " + r, r + " "])), c)
+                    for n, (r, c) in enumerate(rows)]
+        environment["%s.csv" % b_name] = csv_text(["ref", amount_col], [(r, decimal_text(c)) for r, c in shown(first)])
+        environment["%s_cents.csv" % b_name] = csv_text(["reference", amount_col + "_cents"], shown(second))
+    else:
+        environment["%s.csv" % b_name] = csv_text(["ref", amount_col], [(r, decimal_text(c)) for r, c in b_rows])
+
+    status_a, status_b = "only_in_" + a_name, "only_in_" + b_name
+    a_col, b_col = a_name + "_amount", b_name + "_amount"
+    expected = []
+    for i in sorted(totals):
+        a, b = totals[i]
+        money = lambda cents: None if cents is None else float(decimal_text(cents))  # noqa: E731
+        if a is None or b is None or abs(b - a) > TOLERANCE:
+            status = status_b if a is None else status_a if b is None else "amount_mismatch"
+            difference = None if a is None or b is None else money(b - a)
+            expected.append({idf: i, "status": status, a_col: money(a), b_col: money(b), "difference": difference})
+    fmt = deliverable_format(seed)
+    labels = [status_a, status_b, "amount_mismatch"]
+    columns = [idf, "status", a_col, b_col, "difference"]
+    out = records_deliverable(fmt, "reconciliation", [idf], columns, expected, split_column="status", split_values=labels)
+    tol_text = decimal_text(TOLERANCE)
+    rules = [
+        "%s_index.csv lists every %s of %s and the detail file that holds its entries; the %s amount of a %s is "
+        "the sum of its entries." % (a_name, d["entity"], a_name, a_name, d["entity"]),
+        "%s rows carry a reference code; ref_map.csv gives the %s each code belongs to, and the %s amount of a %s is "
+        "the sum of the rows of all its codes." % (b_name, idf, b_name, d["entity"]),
+        "Two amounts match when they differ by at most %s %s; a difference of exactly %s is a match." % (tol_text, d["unit"], tol_text),
+        "Report only ids that do not match: `%s` (no entries in %s), `%s` (no rows in %s), or `amount_mismatch`."
+        % (status_a, a_name, status_b, b_name),
+        "`%s` and `%s` are the two amounts; the amount of a source with no entries is missing." % (a_col, b_col),
+        "`difference` is the %s amount minus the %s amount; it is missing when either amount is missing."
+        % (b_name, a_name),
+    ]
+    if dirty:
+        rules += [
+            "A detail file that %s_index.csv does not list is not part of %s." % (a_name, a_name),
+            "%s_cents.csv holds more %s rows: its `reference` is the reference code and `%s_cents` the amount in "
+            "hundredths of %s." % (b_name, b_name, amount_col, d["unit"]),
+            "Reference codes are compared after trimming spaces and ignoring letter case; a row whose code "
+            "ref_map.csv does not know is ignored.",
+        ]
+    if large:
+        rules.append("An entry marked `void` after its amount is ignored.")
+    contract = {
+        "deliverable": {"paths": out["paths"], "path": out["paths"][0], "format": fmt, "schema": out["schema"],
+                        "columns": columns},
+        "rules": rules + out["rules"],
+        "parameters": {"match_tolerance": float(tol_text), "tolerance": 0.001},
+        "labels": labels,
+    }
+    instruction = (
+        "Two sources record the %s (%s) of each %s: %s (an index of detail files) and %s (rows keyed by reference "
+        "codes, with ref_map.csv). Reconcile them by %s following the rules in CONTRACT.md exactly, and write the "
+        "discrepancies as CONTRACT.md describes." % (d["numeric_label"], d["unit"], d["entity"], a_name, b_name, idf))
+    solution = (
+        "python3 - <<'PY'\n"
+        "import csv, os\n"
+        "from decimal import Decimal\n"
+        "A, B, KEY, VALUE, TOL = %r, %r, %r, %r, Decimal(%r)\n"
+        "STATUS_A, STATUS_B, A_COL, B_COL = %r, %r, %r, %r\n"
+        "a = {}\n"
+        "with open(A + '_index.csv', newline='') as f:\n"
+        "    for row in csv.DictReader(f):\n"
+        "        with open(row['file']) as detail:\n"
+        "            for line in detail.read().splitlines():\n"
+        "                name, _, value = line.partition(': ')\n"
+        "                if name == 'entry' and not value.endswith(' void'):\n"
+        "                    a[row[KEY]] = a.get(row[KEY], Decimal(0)) + Decimal(value)\n"
+        "with open('ref_map.csv', newline='') as f:\n"
+        "    owner = {row['ref'].strip().upper(): row[KEY] for row in csv.DictReader(f)}\n"
+        "b = {}\n"
+        "def add(ref, amount):\n"
+        "    ref = ref.strip().upper()\n"
+        "    if ref in owner:\n"
+        "        b[owner[ref]] = b.get(owner[ref], Decimal(0)) + amount\n"
+        "with open(B + '.csv', newline='') as f:\n"
+        "    for row in csv.DictReader(f):\n"
+        "        add(row['ref'], Decimal(row[VALUE]))\n"
+        "if os.path.exists(B + '_cents.csv'):\n"
+        "    with open(B + '_cents.csv', newline='') as f:\n"
+        "        for row in csv.DictReader(f):\n"
+        "            add(row['reference'], Decimal(row[VALUE + '_cents']) / 100)\n"
+        "result = []\n"
+        "for key in sorted(set(a) | set(b)):\n"
+        "    if key not in b:\n"
+        "        result.append({KEY: key, 'status': STATUS_A, A_COL: a[key], B_COL: None, 'difference': None})\n"
+        "    elif key not in a:\n"
+        "        result.append({KEY: key, 'status': STATUS_B, A_COL: None, B_COL: b[key], 'difference': None})\n"
+        "    elif abs(b[key] - a[key]) > TOL:\n"
+        "        result.append({KEY: key, 'status': 'amount_mismatch', A_COL: a[key], B_COL: b[key], 'difference': b[key] - a[key]})\n"
+        "%s\n"
+        "write_deliverable(result)\n"
+        "PY\n" % (a_name, b_name, idf, nf, tol_text, status_a, status_b, a_col, b_col, out["writer"])
+    )
+    return assemble(params, instruction, environment, contract, out["checks"], {"discrepancies": expected}, solution, fmt)
+
+
+def level3(rng, seed, params):
+    return multi_hop(rng, seed, params, dirty=False, large=False)
+
+
+def level4(rng, seed, params):
+    return multi_hop(rng, seed, params, dirty=True, large=False)
+
+
+def level5(rng, seed, params):
+    return multi_hop(rng, seed, params, dirty=True, large=True)
+
+
 def build(seed, params):
-    return build_level((level0, level1, level2), seed, params)
+    return build_level((level0, level1, level2, level3, level4, level5), seed, params)
 
 
 if __name__ == "__main__":
