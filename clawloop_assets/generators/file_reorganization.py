@@ -11,7 +11,13 @@ sandbox as
 Levels: 0 = one move/copy/delete/rename step; 1 = a rule applied to every
 file (change an extension, sort into directories by extension); 2 =
 `<extension>/<year>/<month>/` by a date in the name, undated and invalid
-dates apart, junk deleted, nothing else left.
+dates apart, junk deleted, nothing else left; 3 = a manifest (the index)
+names each inbox file's record id, a register (the reference table) gives
+each record's group and dates, and files go to `<group>/<year>/`; 4 = the
+same on dirty data (manifest rows for files that are gone, group names in
+mixed case and spacing, two date formats, records with no group, junk); 5 =
+well over a hundred files in several inbox folders, with name collisions
+resolved by a stated rule.
 """
 
 import datetime
@@ -22,7 +28,7 @@ import sys
 # -I drops the script's directory from sys.path; it is our read-only /generator, so put it back.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from generator_common import assemble, build_level, run  # noqa: E402
+from generator_common import assemble, build_level, csv_text, record_ids, run  # noqa: E402
 
 
 def main():
@@ -202,8 +208,138 @@ def level2(rng, seed, params):
     return tree_task(params, instruction, files, moves, solution, rules, only_listed=True)
 
 
+def manifest_level(rng, seed, params, dirty, large):
+    """Levels 3-5: where a file goes is two hops away from its name."""
+    d = params["domain"]
+    idf, gf = d["id_field"], d["group_field"]
+    count = rng.randint(120, 150) if large else rng.randint(8, 12)
+    ids = record_ids(rng, d, count + 4)
+    ids, spare_ids = ids[:count], ids[count:]
+    start = datetime.date(2021, 1, 1)
+    register, files, moves, manifest = [], {}, {}, []
+    folders = ["inbox/%s" % stem for stem in d["file_stems"]] if large else ["inbox"]
+    used_names = set()
+    for number, record_id in enumerate(ids):
+        opened = start + datetime.timedelta(days=rng.randint(0, 3 * 365))
+        # The first record closes in a later year than it opened, so which date counts decides its folder.
+        closed = opened + datetime.timedelta(days=rng.randint(400, 500) if number == 0 else rng.randint(0, 300))
+        group = rng.choice(d["group_values"])
+        if dirty and number == 1:
+            group = ""  # no group: the contract sends its file to `unassigned`
+        shown_group = group
+        if dirty and group and (number == 2 or rng.random() < 0.3):
+            shown_group = rng.choice([group.upper(), group.capitalize(), " " + group, group + " "])
+        shown_closed = closed.isoformat()
+        if dirty and (number == 3 or rng.random() < 0.3):
+            shown_closed = closed.strftime("%d/%m/%Y")
+        register.append((record_id, shown_group, opened.isoformat(), shown_closed))
+        while True:
+            name = "%s_%02d.%s" % (rng.choice(d["file_stems"]), rng.randint(1, 99), rng.choice(d["file_extensions"]))
+            if name not in used_names:
+                break
+        used_names.add(name)
+        path = "%s/%s" % (rng.choice(folders), name)
+        files[path] = document(rng, d, path)
+        manifest.append((path, record_id))
+        folder = group or "unassigned"
+        moves[path] = ["%s/%04d/%s" % (folder, closed.year, name)]
+    if large:
+        # Name collisions: the same file name in two inbox folders, bound for one folder and year.
+        for path, record_id in rng.sample(manifest, 3):
+            twin_folder = rng.choice([f for f in folders if not path.startswith(f + "/")])
+            name = path.rsplit("/", 1)[1]
+            twin_id = spare_ids.pop()
+            row = next(r for r in register if r[0] == record_id)
+            register.append((twin_id,) + row[1:])
+            twin = "%s/%s" % (twin_folder, name)
+            files[twin] = document(rng, d, twin)
+            manifest.append((twin, twin_id))
+            first, second = sorted([(record_id, path), (twin_id, twin)])
+            target = moves[path][0]
+            stem, ext = name.rsplit(".", 1)
+            moves[first[1]] = [target]
+            moves[second[1]] = [target.rsplit("/", 1)[0] + "/%s_%s.%s" % (stem, second[0], ext)]
+    for _ in range(rng.randint(1, 2)):
+        # Files the manifest does not list stay where they are.
+        name = "%s_unfiled.%s" % (rng.choice(d["file_stems"]), rng.choice(d["file_extensions"]))
+        files["%s/%s" % (folders[0], name)] = document(rng, d, name)
+    if dirty:
+        for stem in rng.sample(d["file_stems"], 2):
+            name = "%s/%s_draft.tmp" % (folders[-1], stem)
+            files[name] = document(rng, d, name)
+            moves[name] = []
+        for record_id in spare_ids[:2]:
+            # The manifest still lists files that are gone.
+            manifest.append(("%s/%s_gone.%s" % (folders[0], rng.choice(d["file_stems"]), d["file_extensions"][0]), record_id))
+    rng.shuffle(manifest)
+    rng.shuffle(register)
+    files["manifest.csv"] = csv_text(["file", idf], manifest)
+    files["register.csv"] = csv_text([idf, gf, "opened", "closed"], register)
+    instruction = (
+        "The inbox holds %s documents. manifest.csv says which record each file belongs to and register.csv holds "
+        "the records. File the documents by %s and year, following the rules in CONTRACT.md exactly."
+        % (d["entity"], gf))
+    rules = [
+        "A file listed in manifest.csv moves to `<%s>/<YYYY>/`, keeping its name: `<%s>` is its record's %s in "
+        "register.csv and `<YYYY>` the year of the record's `closed` date (not `opened`)." % (gf, gf, gf),
+        "A file manifest.csv does not list stays where it is; manifest.csv and register.csv stay too.",
+    ]
+    if dirty:
+        rules += [
+            "`<%s>` is written in lower case with surrounding spaces removed; a record with no %s goes to "
+            "`unassigned/<YYYY>/`." % (gf, gf),
+            "Dates are written YYYY-MM-DD or DD/MM/YYYY.",
+            "A manifest row whose file does not exist is ignored. Files ending in .tmp are deleted.",
+        ]
+    if large:
+        rules.append("When several files would land on the same path, the one whose record id sorts first keeps "
+                     "the name; each other one gets `_<record id>` added before its extension.")
+    solution = (
+        "python3 - <<'PY'\n"
+        "import csv, glob, os\n"
+        "KEY, GROUP = %r, %r\n"
+        "with open('register.csv', newline='') as f:\n"
+        "    records = {row[KEY]: row for row in csv.DictReader(f)}\n"
+        "def year(date):\n"
+        "    return date[-4:] if '/' in date else date[:4]\n"
+        "targets = {}\n"
+        "with open('manifest.csv', newline='') as f:\n"
+        "    for row in csv.DictReader(f):\n"
+        "        if not os.path.isfile(row['file']):\n"
+        "            continue\n"
+        "        record = records[row[KEY]]\n"
+        "        group = record[GROUP].strip().lower() or 'unassigned'\n"
+        "        folder = os.path.join(group, year(record['closed']))\n"
+        "        targets.setdefault(os.path.join(folder, os.path.basename(row['file'])), []).append((row[KEY], row['file']))\n"
+        "for target, claims in sorted(targets.items()):\n"
+        "    for rank, (key, path) in enumerate(sorted(claims)):\n"
+        "        dest = target\n"
+        "        if rank:\n"
+        "            stem, ext = target.rsplit('.', 1)\n"
+        "            dest = '%%s_%%s.%%s' %% (stem, key, ext)\n"
+        "        os.makedirs(os.path.dirname(dest), exist_ok=True)\n"
+        "        os.rename(path, dest)\n"
+        "for path in glob.glob('inbox/**/*.tmp', recursive=True):\n"
+        "    os.remove(path)\n"
+        "PY\n" % (idf, gf)
+    )
+    return tree_task(params, instruction, files, moves, solution, rules, only_listed=True)
+
+
+def level3(rng, seed, params):
+    return manifest_level(rng, seed, params, dirty=False, large=False)
+
+
+def level4(rng, seed, params):
+    return manifest_level(rng, seed, params, dirty=True, large=False)
+
+
+def level5(rng, seed, params):
+    return manifest_level(rng, seed, params, dirty=True, large=True)
+
+
 def build(seed, params):
-    return build_level((level0, level1, level2), seed, params)
+    return build_level((level0, level1, level2, level3, level4, level5), seed, params)
 
 
 if __name__ == "__main__":
