@@ -14,16 +14,15 @@ from pathlib import Path
 from clawloop_assets.agent_free_validation import validate_without_agent
 from clawloop_assets.assets.diagnosis import rejection_kind
 from clawloop_assets.catalogs import load_capability_catalog, load_domain_catalog
+from clawloop_assets.curriculum import LEVELS
 from clawloop_assets.synthesis import build_candidate, generator_spec, write_generator
 from clawloop_assets.task_bundle import load_task_bundle
 from resources.sandbox import BubblewrapSandbox, Sandbox
 
-LEVELS = (0, 1, 2)  # what the built-in families generate today
-
 
 def candidate_plan(count: int) -> list[tuple]:
     """`count` (capability, domain, level, seed): capability turns fastest,
-    then level, then domain, so any prefix is spread across all three; past
+    then level, then domain, so any prefix is spread across all of them; past
     one full cycle the same generators run with new seeds."""
     capabilities = load_capability_catalog()
     domains = load_domain_catalog()

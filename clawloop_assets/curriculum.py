@@ -8,7 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-MAX_LEVEL = 2  # the highest level the generator families implement so far
+# Every generator family implements levels 0 to MAX_LEVEL (the scale in
+# generators/generator_common.py).
+MAX_LEVEL = 5
+LEVELS = tuple(range(MAX_LEVEL + 1))
 
 
 @dataclass(frozen=True)

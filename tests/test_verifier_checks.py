@@ -209,3 +209,17 @@ def test_json_config_perturbation_keeps_the_file_parseable(sandbox, tmp_path):
     assert _perturb_deliverable(tmp_path, [check], sandbox)
     json.loads((tmp_path / "hive.json").read_text())
     assert "not the expected value" in detail(tmp_path, check)
+
+
+# ---- directory
+
+def test_a_directory_holds_exactly_the_expected_files(tmp_path):
+    (tmp_path / "by_status").mkdir()
+    for name in ("late.csv", "ok.csv"):
+        (tmp_path / "by_status" / name).write_text("id\n")
+    check = {"type": "directory", "dir": "by_status", "expected": ["late.csv", "ok.csv"]}
+    assert passes(tmp_path, check)
+    (tmp_path / "by_status" / "other.csv").write_text("id\nX\n")
+    assert "unexpected file other.csv" in detail(tmp_path, check)
+    assert "lacks missing.csv" in detail(tmp_path, {**check, "expected": ["late.csv", "missing.csv", "ok.csv", "other.csv"]})
+    assert "not a directory" in detail(tmp_path, {**check, "dir": "nowhere"})

@@ -172,14 +172,17 @@ def records_deliverable(fmt, stem, key, columns, expected, number_tolerance=0.00
             split_column, stem, split_column, ",".join(columns))
         checks = [records_check("csv_records", "%s/%s.csv" % (stem, value),
                                 [r for r in expected if r[split_column] == value]) for value in split_values]
-        extra = [csv_rule, "Write a file for each of %s; a file with no records holds only the header."
-                 % ", ".join("`%s`" % v for v in split_values)]
+        # A record under any other value would land in a file nobody checks: no other file may exist.
+        checks.append({"type": "directory", "name": "files in %s/" % stem, "dir": stem,
+                       "expected": ["%s.csv" % value for value in split_values]})
+        extra = [csv_rule, "Write a file for each of %s and no other file there; a file with no records holds only "
+                 "the header." % ", ".join("`%s`" % v for v in split_values)]
     else:
         path, sidecar = stem + ".md", stem + ".json"
         paths = [path, sidecar]
         schema = "a report for people in `%s`, and its machine-checkable sidecar `%s`: a JSON array with one object per record, keys %s" % (
             path, sidecar, listed)
-        mentions = sorted({" ".join(str(r[k]) for k in key) for r in expected})
+        mentions = sorted({record_name(r, key) for r in expected})
         checks = [
             {"type": "contains", "name": "report names every record", "path": path, "min_words": 12, "expected": mentions},
             records_check("json_records", sidecar, expected),
@@ -192,6 +195,11 @@ def records_deliverable(fmt, stem, key, columns, expected, number_tolerance=0.00
     }
     return {"paths": paths, "schema": schema, "rules": extra + [order_rule], "checks": checks, "writer": writer,
             "format": fmt}
+
+
+def record_name(record, key):
+    """How the report names a record: its key values, empty ones left out."""
+    return " ".join(str(record[k]) for k in key if record[k] not in (None, ""))
 
 
 def is_number_column(expected, column):
@@ -228,7 +236,7 @@ def write_deliverable(result):
         if fmt == "report":
             lines = ["# Findings", "", "This report lists %%d records found by the rules of the contract." %% len(result), ""]
             for r in result:
-                name = " ".join(str(r[k]) for k in %(key)r)
+                name = " ".join(str(r[k]) for k in %(key)r if r[k] not in (None, ""))
                 lines.append("- %%s: " %% name + ", ".join("%%s %%s" %% (c, r[c]) for c in %(columns)r if c not in %(key)r))
             with open(stem + ".md", "w") as handle:
                 handle.write("\\n".join(lines) + "\\n")

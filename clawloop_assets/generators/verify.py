@@ -490,6 +490,22 @@ def check_python_imports(workspace, check):
     return "%d modules parse and every import resolves" % len(modules)
 
 
+def check_directory(workspace, check):
+    """A directory of the workspace holds exactly the expected file names."""
+    path = check["dir"]
+    full = os.path.join(workspace, safe_relpath(path))
+    if os.path.islink(full) or not os.path.isdir(full):
+        raise Failed("%s/ is not a directory" % path)
+    present = sorted(workspace_files(full))
+    extra = sorted(set(present) - set(check["expected"]))
+    missing = sorted(set(check["expected"]) - set(present))
+    if missing:
+        raise Failed("%s/ lacks %s" % (path, missing[0]))
+    if extra:
+        raise Failed("%s/ holds an unexpected file %s" % (path, extra[0]))
+    return "%s/ holds exactly the %d expected files" % (path, len(present))
+
+
 CHECKS = {
     "number": check_number,
     "text": check_text,
@@ -501,6 +517,7 @@ CHECKS = {
     "config_values": check_config_values,
     "contains": check_contains,
     "python_imports": check_python_imports,
+    "directory": check_directory,
 }
 
 
