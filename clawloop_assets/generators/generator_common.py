@@ -187,7 +187,7 @@ def records_deliverable(fmt, stem, key, columns, expected, number_tolerance=0.00
             {"type": "contains", "name": "report names every record", "path": path, "min_words": 12, "expected": mentions},
             records_check("json_records", sidecar, expected),
         ]
-        extra = ["The report is free text of at least 12 words that names every record by its %s." % " ".join(key),
+        extra = ["The report is free text of at least twelve words that names every record by its %s." % " ".join(key),
                  json_rule]
     writer = WRITER_SOURCE % {
         "fmt": fmt, "stem": stem, "columns": list(columns), "key": list(key),
