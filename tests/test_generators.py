@@ -51,8 +51,12 @@ def build(sandbox, tmp_path, capability, domain, level, seed, tasks="tasks"):
 
 
 def test_catalogs_cover_the_brief():
-    assert {"grouped_statistics", "ledger_reconciliation", "file_reorganization"} <= set(CAPABILITIES)
-    assert CAPABILITIES["file_reorganization"].track == "terminal"
+    analysis = {"ledger_reconciliation", "cross_source_audit", "multi_document_merge", "grouped_statistics",
+                "entity_resolution", "schedule_checking", "log_analysis", "rate_table_calculation"}
+    terminal = {"file_reorganization", "config_edits", "sqlite_change_set", "multi_module_refactor"}
+    assert {c for c in CAPABILITIES if CAPABILITIES[c].track == "analysis"} == analysis
+    assert {c for c in CAPABILITIES if CAPABILITIES[c].track == "terminal"} == terminal
+    assert all(CAPABILITIES[c].skills and CAPABILITIES[c].description for c in CAPABILITIES)
     assert len(DOMAINS) >= 60
     assert {"apiary_hive_inventory", "trail_maintenance_logs", "amateur_radio_contacts"} <= {d.id for d in DOMAINS}
 
