@@ -2,6 +2,8 @@ import pytest
 from conftest import SANDBOX_BACKENDS, make_sandbox
 
 from benchmarks import sandbox_overhead
+from clawloop_assets.catalogs import load_capability_catalog
+from clawloop_assets.curriculum import LEVELS
 
 
 @pytest.mark.parametrize("backend", SANDBOX_BACKENDS)
@@ -17,8 +19,10 @@ def test_sandbox_overhead_is_reported_as_a_ratio_to_bare_bash(backend):
 def test_synthesis_throughput_reports_rates_per_rejection_kind():
     from benchmarks import synthesis_throughput
 
-    plan = synthesis_throughput.candidate_plan(12)
-    assert len({c[0].id for c in plan}) == 3 and len({c[2] for c in plan}) == 3
+    capabilities = len(load_capability_catalog())
+    plan = synthesis_throughput.candidate_plan(capabilities * len(LEVELS))
+    # Any prefix of the plan spreads over every capability, then every level.
+    assert len({c[0].id for c in plan[:capabilities]}) == capabilities and len({c[2] for c in plan}) == len(LEVELS)
     results = synthesis_throughput.measure(count=6, workers=2)
     assert results["synthesis.candidates"] == 6 and results["synthesis.candidates_per_second"] > 0
     kinds = sum(v for k, v in results.items() if k.startswith("synthesis.rejections."))
