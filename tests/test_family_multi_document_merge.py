@@ -146,12 +146,14 @@ LEVEL5_READINGS = dict(COMMON_READINGS, **LEVEL3_READINGS, **LEVEL4_READINGS, **
     "last_revision the lowest, not the highest": ("row['last_revision'] = doc['revision']",
                                                   "row.setdefault('last_revision', doc['revision'])"),
 })
-READING_CASES = (
-    [(2, 1, name, edits) for name, edits in sorted(LEVEL2_READINGS.items())]
-    + [(3, 2, name, edits) for name, edits in sorted(LEVEL3_READINGS.items())]
-    + [(4, 3, name, edits) for name, edits in sorted(LEVEL4_READINGS.items())]
-    + [(5, 0, name, edits) for name, edits in sorted(LEVEL5_READINGS.items())]
-)
+READINGS_BY_LEVEL = {
+    2: LEVEL2_READINGS,
+    3: dict(COMMON_READINGS, **LEVEL3_READINGS),
+    4: dict(COMMON_READINGS, **LEVEL3_READINGS, **LEVEL4_READINGS),
+    5: LEVEL5_READINGS,
+}
+READING_CASES = [(level, level - 2, name, edits)  # seeds 0-3 over levels 2-5: each format once
+                 for level, readings in READINGS_BY_LEVEL.items() for name, edits in sorted(readings.items())]
 
 
 @pytest.mark.parametrize("level, seed, reading, edits", READING_CASES,
