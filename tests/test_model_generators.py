@@ -139,13 +139,18 @@ def test_a_round_can_take_its_generators_from_the_model(clawloop_home, base_chec
     warehouse = DuckDBWarehouse()
     generators = warehouse.read("generators", {"round": "round-0001"})
     assert set(generators["source"]) == {"model"}
-    # One generator per capability x domain x level: 3 candidates each, each in its own domain.
+    # One generator per capability x domain x level, each candidate in its own domain; the scripted
+    # model writes a real generator only for grouped_statistics and garbage for every other capability.
+    plan = warehouse.read("synthesis_plans", {"round": "round-0001"})
+    planned = dict(zip(plan["capability_id"], plan["candidates"]))
+    good, others = planned["grouped_statistics"], sum(planned.values()) - planned["grouped_statistics"]
     written = generators.filter(generators["status"] == "written")
-    assert set(written["capability_id"]) == {"grouped_statistics"} and written.height == 3
+    assert set(written["capability_id"]) == {"grouped_statistics"} and written.height == good >= 1
     rejected = generators.filter(generators["status"] == "rejected")
-    assert rejected.height == 6 and rejected["path"].null_count() == 6 and set(rejected["reason"]) == {"generator reply rejected: the reply holds no ```python block"}
+    assert rejected.height == others > 0 and rejected["path"].null_count() == others
+    assert set(rejected["reason"]) == {"generator reply rejected: the reply holds no ```python block"}
     tasks = warehouse.read("tasks", {"round": "round-0001"})
     built = tasks.filter(tasks["build_status"] == "built")
-    assert set(built["capability_id"]) == {"grouped_statistics"} and built.height == 3
+    assert set(built["capability_id"]) == {"grouped_statistics"} and built.height == good
     failed = tasks.filter(tasks["build_status"] == "failed")
     assert set(failed["build_error"]) == {"generator reply rejected: the reply holds no ```python block"}
