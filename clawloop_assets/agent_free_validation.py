@@ -278,18 +278,17 @@ def _perturb_sqlite(sandbox: Sandbox, workspace: Path, check: dict) -> str | Non
     if not target.is_file() or target.is_symlink():
         return None
     keys = list(check.get("key", []))
-    for record in check["expected"]:
-        column = next((c for c in check["columns"] if c not in keys), None)
-        if column is None:
-            return None
-        key_sql = " AND ".join('CAST("%s" AS TEXT) = ?' % k.replace('"', '""') for k in keys)
-        outcome = sandbox.run(
-            ["python3", "-I", "-c", _SQLITE_PERTURB, f"/workspace/{check['path']}", check["table"], column, key_sql,
-             *[str(record[k]) for k in keys]],
-            [Mount(workspace, "/workspace", writable=True)], cwd="/workspace", limits=ORACLE_LIMITS)
-        if outcome.exit_code == 0 and outcome.output.strip().endswith("1"):
-            return f"{check['path']}: {column} of one {check['table']} row changed"
+    column = next((c for c in check["columns"] if c not in keys), None)
+    if not check["expected"] or column is None:
         return None
+    record = check["expected"][0]
+    key_sql = " AND ".join('CAST("%s" AS TEXT) = ?' % k.replace('"', '""') for k in keys)
+    outcome = sandbox.run(
+        ["python3", "-I", "-c", _SQLITE_PERTURB, f"/workspace/{check['path']}", check["table"], column, key_sql,
+         *[str(record[k]) for k in keys]],
+        [Mount(workspace, "/workspace", writable=True)], cwd="/workspace", limits=ORACLE_LIMITS)
+    if outcome.exit_code == 0 and outcome.output.strip().endswith("1"):
+        return f"{check['path']}: {column} of one {check['table']} row changed"
     return None
 
 
