@@ -56,7 +56,6 @@ def next_plan(
     outcomes: Mapping[str, CapabilityOutcome],
     candidates_per_round: int,
     admission_rate_bounds: tuple[float, float],
-    tracks: Mapping[str, str] | None = None,
 ) -> list[PlanEntry]:
     """`admission_rate_bounds` = (low, high) pass rates of the admission band
     (e.g. 1/8 and 5/8): above it the policy has outgrown the level, below it the
@@ -81,15 +80,8 @@ def next_plan(
         # Weak capabilities (many diagnosed failures) get more of next round's budget.
         raw_weights[capability] = 1.0 + 2.0 * outcome.failure_share
         reasons[capability] = f"{why}; {outcome.failure_share:.0%} of diagnosed failures"
-    if tracks:
-        # Each track keeps an equal share; within a track, weights follow the failures.
-        track_totals = {}
-        for c, w in raw_weights.items():
-            track_totals[tracks[c]] = track_totals.get(tracks[c], 0.0) + w
-        weights = {c: w / (len(track_totals) * track_totals[tracks[c]]) for c, w in raw_weights.items()}
-    else:
-        total = sum(raw_weights.values())
-        weights = {c: w / total for c, w in raw_weights.items()}
+    total = sum(raw_weights.values())
+    weights = {c: w / total for c, w in raw_weights.items()}
     counts = _apportion(candidates_per_round, weights)
     return [PlanEntry(c, levels[c], weights[c], counts[c], reasons[c]) for c in capabilities]
 

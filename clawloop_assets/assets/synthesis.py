@@ -61,13 +61,13 @@ def synthesis_plan(context: dg.AssetExecutionContext, warehouse: Warehouse, loop
     catalog = require_rows(warehouse, "capabilities", key, "capability_catalog")
     capabilities = catalog["capability_id"].to_list()
     upstream = previous_round(key)
-    tracks = dict(zip(capabilities, catalog["track"].to_list()))
     if upstream is None:
-        plan = curriculum.first_plan(capabilities, loop.candidates_per_round, tracks)
+        plan = curriculum.first_plan(capabilities, loop.candidates_per_round,
+                                     dict(zip(capabilities, catalog["track"].to_list())))
     else:
         plan = curriculum.next_plan(
             capabilities, _outcomes(warehouse, upstream), loop.candidates_per_round,
-            (loop.admission_low / loop.rollouts_per_task, loop.admission_high / loop.rollouts_per_task), tracks,
+            (loop.admission_low / loop.rollouts_per_task, loop.admission_high / loop.rollouts_per_task),
         )
     rows = [
         {"round": key, "capability_id": e.capability_id, "difficulty": e.difficulty, "weight": e.weight,
