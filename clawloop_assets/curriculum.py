@@ -32,23 +32,10 @@ class CapabilityOutcome:
     failure_share: float  # share of the round's diagnosed failures on this capability
 
 
-def first_plan(capabilities: Sequence[str], candidates_per_round: int,
-               tracks: Mapping[str, str] | None = None) -> list[PlanEntry]:
-    """Round 1: every capability at level 0. With `tracks` (capability ->
-    track), each track gets an equal share of the budget, split evenly over
-    its capabilities: the two tracks are the two kinds of deliverable, and the
-    terminal track has fewer capabilities than the analysis one, so an even
-    split by capability would starve it (at level 0 a small model is more
-    likely to complete a terminal task than an analysis one)."""
-    if tracks:
-        sizes = {t: sum(1 for c in capabilities if tracks[c] == t) for t in set(tracks[c] for c in capabilities)}
-        weights = {c: 1.0 / (len(sizes) * sizes[tracks[c]]) for c in capabilities}
-        why = "round 1: every capability starts at level 0; each track gets an equal share"
-    else:
-        weights = {c: 1.0 / len(capabilities) for c in capabilities}
-        why = "round 1: every capability starts at level 0"
-    counts = _apportion(candidates_per_round, weights)
-    return [PlanEntry(c, 0, weights[c], counts[c], why) for c in capabilities]
+def first_plan(capabilities: Sequence[str], candidates_per_round: int) -> list[PlanEntry]:
+    weight = 1.0 / len(capabilities)
+    counts = _apportion(candidates_per_round, {c: weight for c in capabilities})
+    return [PlanEntry(c, 0, weight, counts[c], "round 1: every capability starts at level 0") for c in capabilities]
 
 
 def next_plan(

@@ -1,5 +1,3 @@
-import pytest
-
 from clawloop_assets.curriculum import CapabilityOutcome, first_plan, next_plan
 
 CAPS = ["grouped_statistics", "ledger_reconciliation", "file_reorganization"]
@@ -10,13 +8,6 @@ def test_first_plan_starts_at_level_zero_with_the_whole_budget():
     plan = first_plan(CAPS, 36)
     assert {e.difficulty for e in plan} == {0}
     assert sum(e.candidates for e in plan) == 36
-
-
-def test_first_plan_gives_each_track_an_equal_share():
-    tracks = {"a1": "analysis", "a2": "analysis", "a3": "analysis", "t1": "terminal"}
-    plan = {e.capability_id: e for e in first_plan(sorted(tracks), 60, tracks)}
-    assert plan["t1"].candidates == 30 and {plan[c].candidates for c in ("a1", "a2", "a3")} == {10}
-    assert sum(e.weight for e in plan.values()) == pytest.approx(1.0)
 
 
 def test_levels_move_at_most_one_and_weights_follow_failures():

@@ -58,12 +58,10 @@ def domain_catalog(context: dg.AssetExecutionContext, warehouse: Warehouse) -> d
 def synthesis_plan(context: dg.AssetExecutionContext, warehouse: Warehouse, loop: LoopConfig) -> dg.MaterializeResult:
     """Candidates per capability and difficulty, conditioned on round k-1's diagnosis."""
     key = context.partition_key
-    catalog = require_rows(warehouse, "capabilities", key, "capability_catalog")
-    capabilities = catalog["capability_id"].to_list()
+    capabilities = require_rows(warehouse, "capabilities", key, "capability_catalog")["capability_id"].to_list()
     upstream = previous_round(key)
     if upstream is None:
-        plan = curriculum.first_plan(capabilities, loop.candidates_per_round,
-                                     dict(zip(capabilities, catalog["track"].to_list())))
+        plan = curriculum.first_plan(capabilities, loop.candidates_per_round)
     else:
         plan = curriculum.next_plan(
             capabilities, _outcomes(warehouse, upstream), loop.candidates_per_round,
