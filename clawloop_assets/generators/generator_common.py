@@ -26,7 +26,7 @@ from decimal import Decimal
 #      differences across files, unit mismatches; the contract says how each
 #      is treated and the gold answer is computed on the dirty data
 #   5  level 4 with more hidden decisions and larger data (hundreds of records)
-LEVELS = 6
+# (curriculum.LEVELS is the host's copy of this range.)
 # Structured deliverables rotate through these with the seed (levels 2 and up).
 DELIVERABLE_FORMATS = ("json", "csv", "files", "report")
 
