@@ -6,17 +6,15 @@ covered by test_generators.py and test_agent_free_validation.py."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
+from family_tasks import build_bundle, solve_read_the_other_way
 
 from clawloop_assets.agent_free_validation import validate_without_agent
 from clawloop_assets.catalogs import load_capability_catalog, load_domain_catalog
-from clawloop_assets.synthesis import build_candidate, generator_spec, write_generator
-from clawloop_assets.task_bundle import TaskBundle, load_task_bundle
-from clawloop_assets.verification import run_verifier
-from resources.sandbox import BubblewrapSandbox, Mount
+from clawloop_assets.task_bundle import TaskBundle
+from resources.sandbox import BubblewrapSandbox
 
 CAPABILITY = next(c for c in load_capability_catalog() if c.id == "grouped_statistics")
 DOMAINS = load_domain_catalog()
@@ -28,11 +26,7 @@ def sandbox():
 
 
 def build(sandbox, root: Path, domain, level: int, seed: int) -> TaskBundle:
-    spec = generator_spec(CAPABILITY, domain, level)
-    gen = write_generator(spec, root / "generators" / spec.generator_id)
-    candidate = build_candidate(sandbox, gen, spec, seed, "round-0001", root / "tasks")
-    assert candidate.error is None, candidate.error
-    return load_task_bundle(candidate.bundle_dir)
+    return build_bundle(sandbox, CAPABILITY, root, domain, level, seed)
 
 
 # Seeds 0-3 give the four deliverable formats; three domains per level.
@@ -66,15 +60,6 @@ READING_CASES = [(reading, seed) for reading in sorted(READINGS) for seed in (0,
 def test_each_rule_read_the_other_way_fails(sandbox, tmp_path, reading, seed):
     level, edits = READINGS[reading]
     built = build(sandbox, tmp_path / "build", DOMAINS[(seed * 17 + level) % len(DOMAINS)], level, seed)
-    bundle = load_task_bundle(Path(shutil.copytree(built.root, tmp_path / "bundle")))
-    solve = bundle.solution_path.read_text()
-    for correct, other in edits:
-        assert solve.count(correct) == 1, (reading, correct)
-        solve = solve.replace(correct, other)
-    bundle.solution_path.write_text(solve)
-    workspace = Path(shutil.copytree(bundle.environment_dir, tmp_path / "workspace"))
-    solved = sandbox.run(["bash", "/solution/solve.sh"],
-                         [Mount(workspace, "/workspace", writable=True), Mount(bundle.solution_path.parent, "/solution")])
-    assert solved.exit_code == 0, solved.output
-    verdict = run_verifier(sandbox, bundle, workspace)
+    verdict = solve_read_the_other_way(sandbox, built, edits, tmp_path)
+    assert verdict is not None, reading
     assert (verdict.status, verdict.reward) == ("scored", 0.0), reading
