@@ -10,6 +10,7 @@ from pydantic import model_validator
 
 from clawloop_assets.admission import AdmissionBand
 from clawloop_assets.agent_loop import AgentSettings
+from training_jobs.configs import recipe_config
 
 
 class LoopConfig(dg.ConfigurableResource):
@@ -32,13 +33,17 @@ class LoopConfig(dg.ConfigurableResource):
     # model cannot, so the built-in families are the default.
     generator_source: Literal["builtin", "model"] = "builtin"
     generator_max_tokens: int = 4096
-    sft_learning_rate: float = 1e-5
-    sft_epochs: int = 1
-    # 1e-5 is the measured CPU recipe for the 135M model; the paper's GPU recipe is 5e-7.
-    grpo_learning_rate: float = 1e-5
-    grpo_epochs: int = 1
-    kl_beta: float = 0.04
-    train_batch_size: int = 8
+    # The training recipe (training_jobs.configs.RECIPES): "cpu", measured on
+    # the embedded model, or "paper" for GPU nodes. A field below that is set
+    # overrides the recipe's value.
+    training_recipe: Literal["cpu", "paper"] = "cpu"
+    sft_learning_rate: float | None = None
+    sft_epochs: int | None = None
+    grpo_learning_rate: float | None = None
+    grpo_epochs: int | None = None
+    kl_beta: float | None = None
+    train_batch_size: int | None = None
+    lora_rank: int | None = None
     torch_threads: int = 2
     seed: int = 0
 
@@ -61,3 +66,16 @@ class LoopConfig(dg.ConfigurableResource):
 
     def agent_settings(self) -> AgentSettings:
         return AgentSettings(max_turns=self.max_turns, max_new_tokens=self.max_new_tokens, temperature=self.temperature)
+
+    def training_job_config(self, job: str) -> dict:
+        """The recipe's fields for `job` ("sft" or "grpo") with this round's overrides."""
+        overrides = {
+            "learning_rate": self.sft_learning_rate if job == "sft" else self.grpo_learning_rate,
+            "epochs": self.sft_epochs if job == "sft" else self.grpo_epochs,
+            "batch_size": self.train_batch_size,
+            "lora_rank": self.lora_rank,
+            "beta": self.kl_beta if job == "grpo" else None,
+        }
+        config = recipe_config(self.training_recipe, job)
+        config |= {key: value for key, value in overrides.items() if value is not None}
+        return config | {"seed": self.seed, "torch_threads": self.torch_threads}

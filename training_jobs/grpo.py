@@ -14,31 +14,25 @@ from typing import Any
 import torch
 
 from training_jobs.configs import GRPOJobConfig
-from training_jobs.job_io import (
+from training_jobs.job_io import finish, run_job
+from training_jobs.optimization import (
     Log,
-    clip_and_step,
-    finish,
+    autocast,
     load_verified_model,
-    run_job,
+    prepare_model,
+    resolve_device,
+    run_steps,
+    step_schedule,
 )
 from training_jobs.policy_gradient import group_advantages, grpo_loss, token_logprobs
-from training_jobs.trajectories import (
-    forward_chunks,
-    load_trajectories,
-    pad_batch,
-    shuffled_batches,
-)
+from training_jobs.trajectories import forward_chunks, load_trajectories, pad_batch
 
 
 def train_grpo(config: GRPOJobConfig, log: Log = print) -> dict[str, Any]:
     started = time.monotonic()
     torch.set_num_threads(config.torch_threads)
     torch.manual_seed(config.seed)
-
-    model = load_verified_model(config.base_checkpoint)
-    reference = load_verified_model(config.reference_checkpoint) if config.beta > 0 else None
-    # No dropout: the ratio must compare the same function that sampled.
-    model.eval()
+    device = resolve_device(config.device)
 
     trajectories = load_trajectories(config.examples)
     # Advantages come from every recorded rollout of a group, even one later
@@ -56,78 +50,73 @@ def train_grpo(config: GRPOJobConfig, log: Log = print) -> dict[str, Any]:
     log(
         f"grpo: {len(examples)} rollouts from {groups.groups_total - groups.groups_skipped_zero_variance} groups "
         f"({groups.groups_skipped_zero_variance} zero-variance groups skipped, {dropped} rollouts dropped as longer "
-        f"than {config.max_length} tokens)"
+        f"than {config.max_length} tokens), on {device}"
     )
 
-    # The reference is fixed, so its log-probs are computed once and the model freed.
+    # The reference is fixed, so its log-probs are computed once, kept on the
+    # CPU, and the model freed before the policy is loaded.
     ref_logprobs: list[torch.Tensor | None] = [None] * len(examples)
-    if reference is not None:
-        reference.eval()
+    if config.beta > 0:
+        reference = load_verified_model(config.reference_checkpoint).to(device).eval()
         with torch.no_grad():
             for chunk in forward_chunks([t for t, _ in examples], config.max_tokens_per_forward):
-                padded = pad_batch([examples[i][0] for i in chunk])
-                logprobs = token_logprobs(reference, padded.input_ids, padded.attention_mask, padded.temperature, padded.target_action_mask)
+                padded = pad_batch([examples[i][0] for i in chunk]).to(device)
+                with autocast(config, device):
+                    logprobs = token_logprobs(reference, padded.input_ids, padded.attention_mask, padded.temperature, padded.target_action_mask)
                 for row, i in enumerate(chunk):
-                    ref_logprobs[i] = logprobs[row, : len(examples[i][0]) - 1].clone()
+                    ref_logprobs[i] = logprobs[row, : len(examples[i][0]) - 1].cpu()
         del reference
         gc.collect()
     items = [(t, a, ref) for (t, a), ref in zip(examples, ref_logprobs)]
+    model = prepare_model(config, device)
 
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.0)
-    order = torch.Generator().manual_seed(config.seed)
-    loop_started = time.monotonic()
-    losses: list[float] = []
-    mean_kls: list[float] = []
-    clip_fractions: list[float] = []
-    action_tokens_trained = 0
-    for epoch in range(config.epochs):
-        for batch in shuffled_batches(items, config.batch_size, order):
-            step_started = time.monotonic()
-            num_action_tokens = sum(t.num_action_tokens for t, _, _ in batch)
-            optimizer.zero_grad(set_to_none=True)
-            step_loss = kl_sum = clipped = 0.0
-            for chunk in forward_chunks([t for t, _, _ in batch], config.max_tokens_per_forward):
-                padded = pad_batch([batch[i][0] for i in chunk])
+    def step(batch) -> dict[str, Any]:
+        num_action_tokens = sum(t.num_action_tokens for t, _, _ in batch)
+        step_loss = kl_sum = clipped = 0.0
+        for chunk in forward_chunks([t for t, _, _ in batch], config.max_tokens_per_forward):
+            padded = pad_batch([batch[i][0] for i in chunk]).to(device)
+            with autocast(config, device):
                 logprobs = token_logprobs(model, padded.input_ids, padded.attention_mask, padded.temperature, padded.target_action_mask)
-                ref = None
-                if config.beta > 0:
-                    ref = torch.zeros_like(logprobs)
-                    for row, i in enumerate(chunk):
-                        ref[row, : batch[i][2].shape[0]] = batch[i][2]
-                loss, stats = grpo_loss(
-                    logprobs,
-                    padded.target_sampling_logprobs,
-                    ref,
-                    torch.tensor([batch[i][1] for i in chunk], dtype=torch.float32),
-                    padded.target_action_mask,
-                    clip_epsilon=config.clip_epsilon,
-                    beta=config.beta,
-                    num_action_tokens=num_action_tokens,
-                )
-                loss.backward()
-                step_loss += loss.item()
-                kl_sum += stats.kl_sum
-                clipped += stats.clipped_tokens
-            grad_norm = clip_and_step(model, optimizer, config.max_grad_norm)
-            losses.append(step_loss)
-            mean_kls.append(kl_sum / num_action_tokens)
-            clip_fractions.append(clipped / num_action_tokens)
-            action_tokens_trained += num_action_tokens
-            log(
-                f"grpo step {len(losses)} (epoch {epoch + 1}): loss {step_loss:.4f}, mean KL {mean_kls[-1]:.5f}, "
-                f"clip fraction {clip_fractions[-1]:.3f}, grad norm {grad_norm:.3f}, {len(batch)} rollouts, "
-                f"{num_action_tokens} action tokens, {time.monotonic() - step_started:.1f}s"
+            ref = None
+            if config.beta > 0:
+                ref = torch.zeros_like(logprobs)
+                for row, i in enumerate(chunk):
+                    ref[row, : batch[i][2].shape[0]] = batch[i][2].to(device)
+            loss, stats = grpo_loss(
+                logprobs,
+                padded.target_sampling_logprobs,
+                ref,
+                torch.tensor([batch[i][1] for i in chunk], dtype=torch.float32, device=device),
+                padded.target_action_mask,
+                clip_epsilon=config.clip_epsilon,
+                beta=config.beta,
+                num_action_tokens=num_action_tokens,
             )
+            loss.backward()
+            step_loss += loss.item()
+            kl_sum += stats.kl_sum
+            clipped += stats.clipped_tokens
+        return {
+            "loss": step_loss,
+            "mean_kl": kl_sum / num_action_tokens,
+            "clip_fraction": clipped / num_action_tokens,
+            "rollouts": len(batch),
+            "action_tokens": num_action_tokens,
+        }
 
+    history = run_steps("grpo", model, config, step_schedule(items, config), step, log)
+    losses = [h["loss"] for h in history]
+    mean_kls = [h["mean_kl"] for h in history]
     result: dict[str, Any] = {
         "job": "grpo",
         "base_checkpoint": str(config.base_checkpoint),
         "reference_checkpoint": config.reference_checkpoint,
         "output_checkpoint": str(config.output_checkpoint),
-        "steps": len(losses),
+        "device": str(device),
+        "steps": len(history),
         "losses": losses,
         "mean_kl": mean_kls,
-        "clip_fraction": clip_fractions,
+        "clip_fraction": [h["clip_fraction"] for h in history],
         "final_loss": losses[-1],
         "final_mean_kl": mean_kls[-1],
         "examples_total": len(trajectories),
@@ -136,13 +125,14 @@ def train_grpo(config: GRPOJobConfig, log: Log = print) -> dict[str, Any]:
         "groups_total": groups.groups_total,
         "groups_used": len({t.group_id for t, _ in examples}),
         "groups_skipped_zero_variance": groups.groups_skipped_zero_variance,
-        "action_tokens_trained": action_tokens_trained,
+        "action_tokens_trained": sum(h["action_tokens"] for h in history),
         "learning_rate": config.learning_rate,
         "beta": config.beta,
         "clip_epsilon": config.clip_epsilon,
         "epochs": config.epochs,
         "batch_size": config.batch_size,
-        "seconds_per_step": (time.monotonic() - loop_started) / len(losses),
+        "lora_rank": config.lora_rank,
+        "seconds_per_step": sum(h["seconds"] for h in history) / len(history),
     }
     finish(model, config, result, log, started)
     return result

@@ -1,5 +1,5 @@
-"""Plumbing the training jobs share: loading a verified checkpoint, writing
-the trained one, and the entrypoint that runs a job under Dagster Pipes or
+"""Plumbing the training jobs share: writing the trained checkpoint, and the
+entrypoint that runs a job under Dagster Pipes or
 standalone with `--config`."""
 
 from __future__ import annotations
@@ -15,27 +15,18 @@ from typing import Any, Callable
 
 import torch
 from dagster_pipes import PipesEnvVarParamsLoader, open_dagster_pipes
-from transformers import AutoModelForCausalLM
 
 from clawloop_assets.checkpoints import (
     COMPLETE_MARKER,
     MANIFEST,
-    verify_checkpoint,
     write_checkpoint,
 )
 from training_jobs.configs import TrainingJobConfig
-
-Log = Callable[[str], None]
+from training_jobs.optimization import Log, discard_state, trained_model
 
 # Written by save_pretrained itself; everything else in the base checkpoint
 # (tokenizer files, chat template) is copied unchanged.
 _WEIGHT_FILE_SUFFIXES = (".safetensors", ".safetensors.index.json")
-
-
-def load_verified_model(directory: str | Path):
-    """A full-precision model from a checkpoint that passed verify_checkpoint (safetensors only)."""
-    verify_checkpoint(Path(directory))
-    return AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, use_safetensors=True)
 
 
 def save_trained_checkpoint(model, base_checkpoint: str | Path, output_checkpoint: str | Path, metadata: dict) -> list[str]:
@@ -66,18 +57,15 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
-def clip_and_step(model, optimizer: torch.optim.Optimizer, max_grad_norm: float) -> float:
-    grad_norm = 0.0
-    if max_grad_norm > 0:
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm).item()
-    optimizer.step()
-    return grad_norm
-
-
 def finish(model, config: TrainingJobConfig, result: dict[str, Any], log: Log, started: float) -> None:
     """Save the checkpoint and complete `result` with the totals (in place)."""
     result["peak_rss_mb"] = peak_rss_mb()
-    result["tokenizer_files_copied"] = save_trained_checkpoint(model, config.base_checkpoint, config.output_checkpoint, result)
+    if torch.cuda.is_available():
+        result["peak_gpu_memory_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    result["tokenizer_files_copied"] = save_trained_checkpoint(
+        trained_model(model).cpu(), config.base_checkpoint, config.output_checkpoint, result
+    )
+    discard_state(config.output_checkpoint)
     result["seconds"] = time.monotonic() - started
     log(f"{result['job']}: wrote {config.output_checkpoint} ({result['steps']} steps, {result['seconds']:.1f}s, peak RSS {result['peak_rss_mb']:.0f} MB)")
 

@@ -63,14 +63,14 @@ def token_logprobs(
     [vocab]-sized logits, which is most of the memory of a step.
     """
     batch, length = input_ids.shape
-    keep = torch.zeros((batch, length), dtype=torch.bool)
+    keep = torch.zeros((batch, length), dtype=torch.bool, device=input_ids.device)
     keep[:, :-1] = target_mask > 0
     logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep).logits.float()  # [N, V]
-    logits = logits / temperature.to(logits.dtype)[:, None].expand(batch, length)[keep][:, None]
+    logits = logits / temperature.to(logits)[:, None].expand(batch, length)[keep][:, None]
     targets = input_ids[:, 1:][keep[:, :-1]]
     # gather - logsumexp rather than a full log_softmax: one fewer [N, V] tensor.
     picked = torch.gather(logits, -1, targets[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
-    return torch.zeros((batch, length - 1), dtype=picked.dtype).masked_scatter(keep[:, :-1], picked)
+    return torch.zeros((batch, length - 1), dtype=picked.dtype, device=picked.device).masked_scatter(keep[:, :-1], picked)
 
 
 @dataclass(frozen=True)

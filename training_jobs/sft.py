@@ -24,31 +24,18 @@ from typing import Any
 import torch
 
 from training_jobs.configs import SFTJobConfig
-from training_jobs.job_io import (
-    Log,
-    clip_and_step,
-    finish,
-    load_verified_model,
-    run_job,
-)
+from training_jobs.job_io import finish, run_job
+from training_jobs.optimization import Log, autocast, prepare_model, resolve_device, run_steps, step_schedule
 from training_jobs.policy_gradient import token_logprobs
-from training_jobs.trajectories import (
-    drop_too_long,
-    forward_chunks,
-    load_trajectories,
-    pad_batch,
-    shuffled_batches,
-)
+from training_jobs.trajectories import drop_too_long, forward_chunks, load_trajectories, pad_batch
 
 
 def train_sft(config: SFTJobConfig, log: Log = print) -> dict[str, Any]:
     started = time.monotonic()
     torch.set_num_threads(config.torch_threads)
     torch.manual_seed(config.seed)
-
-    model = load_verified_model(config.base_checkpoint)
-    # No dropout: the loss is the log-prob of the function that samples.
-    model.eval()
+    device = resolve_device(config.device)
+    model = prepare_model(config, device)
 
     trajectories = load_trajectories(config.examples)
     successes = [t for t in trajectories if t.reward == 1.0]
@@ -58,50 +45,41 @@ def train_sft(config: SFTJobConfig, log: Log = print) -> dict[str, Any]:
             f"{config.examples}: no successful trajectory of at most max_length={config.max_length} tokens "
             f"({len(trajectories)} in the file, {len(successes)} with reward 1, {dropped} too long); nothing to train on"
         )
-    log(f"sft: {len(examples)} successful trajectories ({dropped} dropped as longer than {config.max_length} tokens)")
+    log(f"sft: {len(examples)} successful trajectories ({dropped} dropped as longer than {config.max_length} tokens), on {device}")
 
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.0)
-    order = torch.Generator().manual_seed(config.seed)
-    loop_started = time.monotonic()
-    losses: list[float] = []
-    action_tokens_trained = 0
-    for epoch in range(config.epochs):
-        for batch in shuffled_batches(examples, config.batch_size, order):
-            step_started = time.monotonic()
-            num_action_tokens = sum(t.num_action_tokens for t in batch)
-            optimizer.zero_grad(set_to_none=True)
-            step_loss = 0.0
-            for chunk in forward_chunks(batch, config.max_tokens_per_forward):
-                padded = pad_batch([batch[i] for i in chunk])
+    def step(batch) -> dict[str, Any]:
+        num_action_tokens = sum(t.num_action_tokens for t in batch)
+        step_loss = 0.0
+        for chunk in forward_chunks(batch, config.max_tokens_per_forward):
+            padded = pad_batch([batch[i] for i in chunk]).to(device)
+            with autocast(config, device):
                 logprobs = token_logprobs(model, padded.input_ids, padded.attention_mask, padded.temperature, padded.target_action_mask)
-                # Mean over the step's action tokens, like the GRPO loss.
-                loss = -(logprobs * padded.target_action_mask).sum() / num_action_tokens
-                loss.backward()
-                step_loss += loss.item()
-            grad_norm = clip_and_step(model, optimizer, config.max_grad_norm)
-            losses.append(step_loss)
-            action_tokens_trained += num_action_tokens
-            log(
-                f"sft step {len(losses)} (epoch {epoch + 1}): loss {step_loss:.4f}, grad norm {grad_norm:.3f}, "
-                f"{len(batch)} trajectories, {num_action_tokens} action tokens, {time.monotonic() - step_started:.1f}s"
-            )
+            # Mean over the step's action tokens, like the GRPO loss.
+            loss = -(logprobs * padded.target_action_mask).sum() / num_action_tokens
+            loss.backward()
+            step_loss += loss.item()
+        return {"loss": step_loss, "trajectories": len(batch), "action_tokens": num_action_tokens}
 
+    history = run_steps("sft", model, config, step_schedule(examples, config), step, log)
+    losses = [h["loss"] for h in history]
     result: dict[str, Any] = {
         "job": "sft",
         "base_checkpoint": str(config.base_checkpoint),
         "output_checkpoint": str(config.output_checkpoint),
-        "steps": len(losses),
+        "device": str(device),
+        "steps": len(history),
         "losses": losses,
         "final_loss": losses[-1],
         "examples_total": len(trajectories),
         "examples_successful": len(successes),
         "examples_used": len(examples),
         "examples_dropped_too_long": dropped,
-        "action_tokens_trained": action_tokens_trained,
+        "action_tokens_trained": sum(h["action_tokens"] for h in history),
         "learning_rate": config.learning_rate,
         "epochs": config.epochs,
         "batch_size": config.batch_size,
-        "seconds_per_step": (time.monotonic() - loop_started) / len(losses),
+        "lora_rank": config.lora_rank,
+        "seconds_per_step": sum(h["seconds"] for h in history) / len(history),
     }
     finish(model, config, result, log, started)
     return result

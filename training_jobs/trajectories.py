@@ -125,6 +125,9 @@ class PaddedBatch:
     target_sampling_logprobs: torch.Tensor  # [B, T-1] float
     temperature: torch.Tensor  # [B] float
 
+    def to(self, device: torch.device) -> "PaddedBatch":
+        return PaddedBatch(**{name: tensor.to(device) for name, tensor in vars(self).items()})
+
 
 def pad_batch(trajectories: Sequence[Trajectory]) -> PaddedBatch:
     width = max(len(t) for t in trajectories)

@@ -59,18 +59,13 @@ def _train(context, warehouse, launcher, loop, job, frame, start: PolicyRef, ref
             examples = frame.height
             directory = workdir(key, "training")
             output = workdir(key, "checkpoints") / kind
-            config = {
+            config = loop.training_job_config(job) | {
                 "base_checkpoint": str(start.path),
                 "examples": str(write_jsonl(frame, directory / f"{job}_examples.jsonl")),
                 "output_checkpoint": str(output),
-                "learning_rate": loop.sft_learning_rate if job == "sft" else loop.grpo_learning_rate,
-                "epochs": loop.sft_epochs if job == "sft" else loop.grpo_epochs,
-                "batch_size": loop.train_batch_size,
-                "seed": loop.seed,
-                "torch_threads": loop.torch_threads,
             }
             if job == "grpo":
-                config |= {"reference_checkpoint": str(reference.path), "beta": loop.kl_beta}
+                config["reference_checkpoint"] = str(reference.path)
             metrics = launcher.launch(context, job, config)
             cost.tokens = int(sum(len(t) for t in frame["token_ids"]))
     output_id = _register(warehouse, key, kind, output, start)
