@@ -125,6 +125,76 @@ def test_multi_turn_rollouts_with_the_real_model_keep_exact_tokens(level0_task, 
         session.close()
 
 
+@pytest.mark.slow
+def test_training_loss_reaches_exactly_the_sampled_tokens_of_a_recorded_multi_turn_rollout(
+    level0_task, base_checkpoint_dir, tmp_path
+):
+    """Token by token: the SFT and GRPO losses of a recorded two-turn rollout of
+    the real model depend on the logits of the tokens the policy sampled, and on
+    no prompt, template or observation token."""
+    import torch
+
+    from resources.embedded_policy import EmbeddedPolicyModel
+    from training_jobs.policy_gradient import grpo_loss, token_logprobs
+    from training_jobs.trajectories import pad_batch, parse_trajectory
+
+    session = EmbeddedPolicyModel(model_cache_dir=str(base_checkpoint_dir.parent)).load(base_checkpoint_dir)
+    sampled: list[tuple[int, ...]] = []
+    real_sample = session.sample
+
+    def recording_sample(prompts, n, params):  # a spy: the real model samples
+        groups = real_sample(prompts, n, params)
+        sampled.extend(tuple(c.token_ids) for group in groups for c in group)
+        return groups
+
+    session.sample = recording_sample
+    try:
+        rollouts = run_rollouts(session, BubblewrapSandbox(), [level0_task], 4, AgentSettings(max_turns=2), tmp_path, seed=3)
+        rollout = max(rollouts, key=lambda r: r.turns)
+        unsampled_text = session.decode([t for t, m in zip(rollout.token_ids, rollout.action_mask) if not m])
+    finally:
+        session.close()
+    assert rollout.turns == 2
+
+    # The truth, from the sampler's side: each run of action tokens is one
+    # completion the model returned, and there is one per turn.
+    mask = rollout.action_mask
+    runs, start = [], None
+    for i, m in enumerate(mask + [0]):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            runs.append((start, i))
+            start = None
+    assert len(runs) == rollout.turns
+    for a, b in runs:
+        assert tuple(rollout.token_ids[a:b]) in sampled
+    assert rollout.messages[0]["content"] in unsampled_text and level0_task.instruction in unsampled_text
+
+    # Logits from a table we can differentiate position by position.
+    record = {"rollout_id": "r", "group_id": "g", "reward": 1.0, "token_ids": rollout.token_ids, "action_mask": mask,
+              "sampling_logprobs": rollout.sampling_logprobs, "temperature": 0.7}
+    padded = pad_batch([parse_trajectory(record, "recorded rollout")])
+    table = torch.randn(1, len(mask), max(rollout.token_ids) + 1, requires_grad=True)
+
+    class LogitTable(torch.nn.Module):
+        def forward(self, input_ids, attention_mask, logits_to_keep):
+            return type("Out", (), {"logits": table[logits_to_keep]})()
+
+    expected = torch.tensor(mask[1:], dtype=torch.bool)  # position t predicts token t+1
+    for loss_name in ("sft", "grpo"):
+        table.grad = None
+        logprobs = token_logprobs(LogitTable(), padded.input_ids, padded.attention_mask, padded.temperature, padded.target_action_mask)
+        if loss_name == "sft":
+            loss = -(logprobs * padded.target_action_mask).sum()
+        else:
+            loss, _ = grpo_loss(logprobs, padded.target_sampling_logprobs, logprobs.detach() - 0.1, torch.tensor([1.0]),
+                                padded.target_action_mask, clip_epsilon=0.2, beta=0.04, num_action_tokens=sum(mask))
+        loss.backward()
+        touched = table.grad[0, :-1].abs().sum(-1) > 0
+        assert torch.equal(touched, expected), f"{loss_name}: loss reaches positions {torch.nonzero(touched != expected).flatten().tolist()} wrongly"
+
+
 class FlakySandbox(BubblewrapSandbox):
     """Fails to start the first `failures` sandboxes, then works."""
 
