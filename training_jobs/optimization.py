@@ -78,7 +78,7 @@ def prepare_model(config: TrainingJobConfig, device: torch.device):
     if config.gradient_checkpointing:
         # transformers only checkpoints in train mode; train mode with every
         # dropout at 0 is the same function as eval mode.
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         model.train()
         for module in model.modules():
             if isinstance(module, torch.nn.Dropout):
