@@ -20,6 +20,8 @@ class LoopConfig(dg.ConfigurableResource):
     admission_high: int = 5
     heldout_fraction: float = 0.4
     heldout_samples: int = 16
+    # Samples per training task for the before/after pass rate on T_k (0: skip).
+    train_eval_samples: int = 8
     # One turn for the embedded 135M model: measured on 24 level-0 tasks x 8, a
     # second turn took 2.5x the time and lowered the pass rate (5.2% -> 3.1%):
     # it never submits, and its second command undoes the first. The loop and

@@ -9,7 +9,9 @@ import pandera.polars as pa
 import polars as pl
 
 ROUND_KEY = r"^round-\d{4}$"
-ROLLOUT_PHASES = ["validation", "heldout_before", "heldout_after"]
+# train_before/train_after: fresh rollouts on T_k with one seed, before and after
+# training (the validation rollouts chose T_k, so they are a biased "before").
+ROLLOUT_PHASES = ["validation", "train_before", "train_after", "heldout_before", "heldout_after"]
 # Only "scored" rollouts count; the others failed for infrastructure reasons and are excluded.
 ROLLOUT_STATUSES = ["scored", "verifier_error", "sandbox_error", "policy_error"]
 ROOT_CAUSES = [

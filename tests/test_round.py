@@ -26,6 +26,7 @@ SMALL_ROUND = LoopConfig(
     admission_low=1,
     admission_high=7,
     heldout_samples=4,
+    train_eval_samples=4,
     max_turns=1,
     train_batch_size=4,
 )
@@ -84,7 +85,8 @@ def test_two_rounds_end_to_end(clawloop_home):
     assert first.success, [e.message for e in first.all_events if e.is_failure]
     summary = json.loads((clawloop_home / "rounds" / "round-0001" / "summary.json").read_text())
     for field in ["candidates", "candidates_by_capability", "rejections", "agent_free_passed", "rollouts", "admitted", "admission_rate", "train_tasks",
-                  "heldout_tasks", "sft_examples", "grpo_groups", "heldout_pass_rate_before",
+                  "heldout_tasks", "sft_examples", "grpo_groups", "train_pass_rate_before", "train_pass_rate_after",
+                  "heldout_pass_rate_before",
                   "heldout_pass_rate_after", "patterns", "seconds", "policy_checkpoint_id", "diagnosis_report_id"]:
         assert field in summary, field
     assert summary["candidates"] == 24
@@ -96,8 +98,14 @@ def test_two_rounds_end_to_end(clawloop_home):
     assert sum(c["admitted"] for c in by_capability.values()) == summary["admitted"]
     assert sum(summary["rejections"].values()) == 24 - summary["agent_free_passed"]
 
+    # T_k before and after training: the same tasks, the same seeds, both policies.
+    train_tasks = summary["train_tasks"]
+    if train_tasks:
+        assert summary["train_pass_rate_before"] is not None and summary["train_pass_rate_after"] is not None
     warehouse = DuckDBWarehouse()
     rollouts = warehouse.read("rollouts", {"round": "round-0001"})
+    for phase in ("train_before", "train_after"):
+        assert (rollouts["phase"] == phase).sum() == 4 * train_tasks, phase
     # Token-in/token-out: every trajectory keeps aligned ids, mask and log-probs.
     for row in rollouts.iter_rows(named=True):
         assert len(row["token_ids"]) == len(row["action_mask"]) == len(row["sampling_logprobs"])

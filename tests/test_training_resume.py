@@ -213,3 +213,14 @@ def test_loop_config_takes_the_recipe_and_its_overrides():
     assert paper.training_job_config("sft")["learning_rate"] == 2e-5
     cpu = LoopConfig(train_batch_size=4, seed=7).training_job_config("sft")
     assert (cpu["batch_size"], cpu["learning_rate"], cpu["seed"]) == (4, 1e-5, 7)
+
+
+def test_activation_checkpointing_trains_the_same_weights(base_checkpoint, examples, tmp_path):
+    plain = grpo_config(base_checkpoint, examples, tmp_path / "plain")
+    checkpointed = grpo_config(base_checkpoint, examples, tmp_path / "checkpointed", gradient_checkpointing=True)
+    first = train_grpo(GRPOJobConfig.from_dict(plain), log=lambda m: None)
+    second = train_grpo(GRPOJobConfig.from_dict(checkpointed), log=lambda m: None)
+    assert second["losses"] == pytest.approx(first["losses"], abs=1e-5)
+    expected, got = weights(tmp_path / "plain"), weights(tmp_path / "checkpointed")
+    for name in expected:
+        assert torch.allclose(got[name], expected[name], atol=1e-5), name

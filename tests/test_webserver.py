@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parent.parent
 ROUND_ASSETS = {
     "capability_catalog", "domain_catalog", "synthesis_plan", "task_generators", "candidate_tasks",
     "agent_free_validation", "validation_rollouts", "admitted_tasks", "task_splits", "sft_checkpoint",
-    "policy_checkpoint", "heldout_baseline_rollouts", "diagnosis_rollouts", "diagnosis_report", "round_summary",
+    "policy_checkpoint", "training_gain", "heldout_baseline_rollouts", "diagnosis_rollouts", "diagnosis_report",
+    "round_summary",
 }
 
 

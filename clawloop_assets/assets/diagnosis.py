@@ -9,7 +9,7 @@ import polars as pl
 
 from clawloop_assets import paths
 from clawloop_assets.assets.common import markdown_table, record_cost
-from clawloop_assets.assets.training import policy_checkpoint
+from clawloop_assets.assets.training import policy_checkpoint, training_gain
 from clawloop_assets.assets.validation import (
     collect_rollouts,
     rollout_metadata,
@@ -97,7 +97,7 @@ def _pass_rate(rollouts: pl.DataFrame, phase: str) -> float | None:
     return round(float(scored["reward"].mean()), 4) if scored.height else None
 
 
-@dg.asset(partitions_def=round_partitions, group_name=GROUP, deps=[diagnosis_report])
+@dg.asset(partitions_def=round_partitions, group_name=GROUP, deps=[diagnosis_report, training_gain])
 def round_summary(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg.MaterializeResult:
     """The round in numbers: summary.json, the round_summaries row, and the cost table."""
     key = context.partition_key
@@ -126,6 +126,8 @@ def round_summary(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg
         "grpo_groups": _grpo_groups(runs),
         "candidates_by_capability": _candidates_by_capability(tasks, checks, admissions),
         "rejections": _rejections(tasks, checks),
+        "train_pass_rate_before": _pass_rate(rollouts, "train_before"),
+        "train_pass_rate_after": _pass_rate(rollouts, "train_after"),
         "heldout_pass_rate_before": _pass_rate(rollouts, "heldout_before"),
         "heldout_pass_rate_after": _pass_rate(rollouts, "heldout_after"),
         "patterns": [{"pattern_id": p["pattern_id"], "description": p["description"], "count": p["count"],

@@ -6,8 +6,8 @@ import json
 import dagster as dg
 import polars as pl
 
-from clawloop_assets.assets.common import record_cost
-from clawloop_assets.assets.validation import task_splits
+from clawloop_assets.assets.common import markdown_table, record_cost
+from clawloop_assets.assets.validation import collect_rollouts, round_seed, task_splits
 from clawloop_assets.checkpoints import checkpoint_id
 from clawloop_assets.cost import measure
 from clawloop_assets.loop_config import LoopConfig
@@ -22,6 +22,7 @@ from clawloop_assets.round_state import (
 )
 from clawloop_assets.training_data import grpo_groups, sft_examples, write_jsonl
 from resources.policy import PolicyModel
+from resources.sandbox import Sandbox
 from resources.training_launcher import TrainingLauncher
 from resources.warehouse import Warehouse, table_frame
 
@@ -104,3 +105,47 @@ def policy_checkpoint(context: dg.AssetExecutionContext, warehouse: Warehouse, p
     rollouts = require_rows(warehouse, "rollouts", key, "validation_rollouts", phase="validation")
     frame = grpo_groups(rollouts, split_task_ids(warehouse, key, "train"))
     return _train(context, warehouse, training_launcher, loop, "grpo", frame, start, reference, "policy")
+
+
+def _task_pass_rates(rows: pl.DataFrame) -> pl.DataFrame:
+    return (rows.filter(pl.col("status") == "scored").group_by("task_id")
+            .agg(pl.col("reward").mean().alias("pass_rate"), pl.len().alias("samples")))
+
+
+@dg.asset(partitions_def=round_partitions, group_name=GROUP, deps=[policy_checkpoint])
+def training_gain(context: dg.AssetExecutionContext, warehouse: Warehouse, sandbox: Sandbox, policy: PolicyModel,
+                  loop: LoopConfig) -> dg.MaterializeResult:
+    """Did training help on what it trained on? The round's input policy and the
+    trained policy on T_k, fresh rollouts with the same seed for both."""
+    key = context.partition_key
+    before_ref, after_ref = input_policy(warehouse, policy, key), round_policy(warehouse, key, "policy")
+    task_ids = split_task_ids(warehouse, key, "train")
+    if loop.train_eval_samples == 0 or not task_ids:
+        reason = "train_eval_samples=0" if loop.train_eval_samples == 0 else "T_k is empty"
+        return dg.MaterializeResult(metadata={"status": f"skipped: {reason}"})
+    seed = round_seed(key, "train_eval", loop)
+    before, _ = collect_rollouts(context, warehouse, sandbox, policy, before_ref, task_ids, loop.train_eval_samples,
+                                 "train_before", seed, loop)
+    if after_ref.checkpoint_id == before_ref.checkpoint_id:
+        # Training skipped both jobs: the same weights with the same seeds give the same rollouts.
+        after = before.with_columns(pl.lit("train_after").alias("phase"),
+                                    pl.col("rollout_id").str.replace(".train_before.", ".train_after.", literal=True))
+        warehouse.replace("rollouts", after, {"round": key, "phase": "train_after"})
+    else:
+        after, _ = collect_rollouts(context, warehouse, sandbox, policy, after_ref, task_ids, loop.train_eval_samples,
+                                    "train_after", seed, loop)
+    rates = {phase: rows.filter(pl.col("status") == "scored")["reward"].mean() for phase, rows in
+             (("before", before), ("after", after))}
+    per_task = _task_pass_rates(before).join(_task_pass_rates(after), on="task_id", suffix="_after").sort("task_id")
+    return dg.MaterializeResult(metadata={
+        "train_pass_rate_before": round(float(rates["before"] or 0.0), 4),
+        "train_pass_rate_after": round(float(rates["after"] or 0.0), 4),
+        "train_tasks": len(task_ids),
+        "samples_per_task": loop.train_eval_samples,
+        "seed": seed,
+        "input_checkpoint_id": before_ref.checkpoint_id,
+        "policy_checkpoint_id": after_ref.checkpoint_id,
+        "per_task": markdown_table(["task", "before", "after", "samples"], [
+            (r["task_id"], round(r["pass_rate"], 3), round(r["pass_rate_after"], 3), r["samples"])
+            for r in per_task.iter_rows(named=True)]),
+    })
