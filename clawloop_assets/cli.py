@@ -110,6 +110,19 @@ def run_rounds(count: int) -> list[dict]:
     return summaries
 
 
+def transfer_to_base(pool: Path, base_checkpoint: Path | None, out: Path, samples: int) -> dict:
+    """`clawloop transfer` on the configured policy and sandbox backends."""
+    from clawloop_assets.definitions import resources_for
+    from clawloop_assets.transfer import transfer_rl_only
+
+    resources = resources_for(os.environ.get("CLAWLOOP_PROFILE", "laptop"))
+    policy = resources["policy"]
+    summary = transfer_rl_only(pool, base_checkpoint or policy.base_checkpoint(), out, policy, resources["sandbox"],
+                               resources["loop"], samples=samples)
+    print(json.dumps(summary, indent=2))
+    return summary
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="clawloop", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -120,8 +133,23 @@ def main(argv: list[str] | None = None) -> None:
                      help="embedded: transformers in-process; vllm: start a local vLLM server for the run; "
                           "openai: the server at $CLAWLOOP_POLICY_URL")
     run.add_argument("--sandbox", choices=["bubblewrap", "docker"], default=os.environ.get("CLAWLOOP_SANDBOX", "bubblewrap"))
+    export = commands.add_parser("export-pool", help="copy a round's admitted tasks, with their splits, to a directory")
+    export.add_argument("--round", required=True, help="round key, e.g. round-0001")
+    export.add_argument("--out", type=Path, required=True, help="a directory that does not exist yet")
+    transfer = commands.add_parser("transfer", help="train a base model on an exported pool, RL only (GRPO on its own rollouts)")
+    transfer.add_argument("--pool", type=Path, required=True, help="a directory written by export-pool")
+    transfer.add_argument("--base-checkpoint", type=Path, help="a verified checkpoint; default: the embedded base model")
+    transfer.add_argument("--out", type=Path, required=True)
+    transfer.add_argument("--samples", type=int, default=8, help="rollouts per task (the GRPO group size)")
     args = parser.parse_args(argv)
-    if args.command == "setup":
+    if args.command == "export-pool":
+        from clawloop_assets.transfer import export_pool
+        from resources.warehouse import DuckDBWarehouse
+
+        print(f"pool: {export_pool(DuckDBWarehouse(), args.round, args.out)}")
+    elif args.command == "transfer":
+        transfer_to_base(args.pool, args.base_checkpoint, args.out, args.samples)
+    elif args.command == "setup":
         setup()
     elif args.command == "run":
         if args.rounds < 1:

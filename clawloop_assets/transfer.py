@@ -141,6 +141,12 @@ def transfer_rl_only(
     # failures leave a group smaller and the canary excludes a rollout.
     groups = before["train"].filter((pl.col("status") == "scored") & ~pl.col("canary_seen"))
     groups = groups.rename({"task_id": "group_id"}).select(TRAINING_COLUMNS).sort("group_id", "rollout_id")
+    if groups.is_empty() or groups.group_by("group_id").agg(pl.col("reward").n_unique() > 1)["reward"].sum() == 0:
+        raise PoolError(
+            f"{base_checkpoint} passed every rollout or none on each training task of {pool_dir} "
+            f"({groups.height} scored rollouts): no group has a reward variance, so GRPO has no signal; "
+            "use more --samples or a pool nearer this model's level"
+        )
     trained = out_dir / "policy"
     job = {**loop.training_job_config("grpo"), "base_checkpoint": str(base_checkpoint),
            "reference_checkpoint": str(base_checkpoint), "output_checkpoint": str(trained),

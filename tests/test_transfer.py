@@ -1,0 +1,105 @@
+"""Transfer: export a round's admitted pool and train a base model on it, RL only.
+
+The pool comes from a warehouse holding one round's rows for tasks built by
+the real generators; the slow test trains the real embedded model on it."""
+
+import json
+import shutil
+
+import polars as pl
+import pytest
+
+from clawloop_assets import catalogs
+from clawloop_assets.loop_config import LoopConfig
+from clawloop_assets.synthesis import build_candidate, generator_spec, write_generator
+from clawloop_assets.transfer import PoolError, export_pool, load_pool, transfer_rl_only
+from resources.sandbox import BubblewrapSandbox
+from resources.warehouse import DuckDBWarehouse, table_frame
+
+ROUND = "round-0001"
+
+
+@pytest.fixture
+def round_with_admissions(clawloop_home, tmp_path):
+    """Six level-0 tasks of one round: four admitted (three train, one held out), two not."""
+    capability = next(c for c in catalogs.load_capability_catalog() if c.id == "file_reorganization")
+    domain = catalogs.load_domain_catalog()[0]
+    spec = generator_spec(capability, domain, 0)
+    generator = write_generator(spec, tmp_path / "generator")
+    tasks, admissions, splits = [], [], []
+    for i, seed in enumerate(range(11, 17)):
+        build = build_candidate(BubblewrapSandbox(), generator, spec, seed, ROUND, tmp_path / "tasks")
+        assert build.error is None, build.error
+        task_id = build.bundle_dir.name
+        tasks.append({"round": ROUND, "task_id": task_id, "generator_id": spec.generator_id, "capability_id": capability.id,
+                      "domain_id": domain.id, "difficulty": 0, "track": capability.track, "seed": seed,
+                      "bundle_path": str(build.bundle_dir), "build_status": "built", "build_error": None, "seconds": 0.1})
+        admitted = i < 4
+        admissions.append({"round": ROUND, "task_id": task_id, "pass_count": 3 if admitted else 8, "scored_rollouts": 8,
+                           "excluded_rollouts": 0, "admitted": admitted, "decision": "admitted" if admitted else "too_easy"})
+        if admitted:
+            splits.append({"round": ROUND, "task_id": task_id, "split": "heldout" if i == 3 else "train"})
+    warehouse = DuckDBWarehouse()
+    for table, rows in (("tasks", tasks), ("admissions", admissions), ("task_splits", splits)):
+        warehouse.replace(table, table_frame(table, rows), {"round": ROUND})
+    return warehouse, [t["task_id"] for t in tasks]
+
+
+def test_export_pool_copies_the_admitted_tasks_with_their_splits(round_with_admissions, tmp_path):
+    warehouse, task_ids = round_with_admissions
+    pool = export_pool(warehouse, ROUND, tmp_path / "pool")
+
+    manifest, bundles = load_pool(pool)
+    assert manifest["round"] == ROUND
+    assert sorted(t["task_id"] for t in manifest["tasks"]) == sorted(task_ids[:4])
+    assert [b.task_id for b in bundles["train"]] == sorted(task_ids[:3])
+    assert [b.task_id for b in bundles["heldout"]] == [task_ids[3]]
+    assert all(t["pass_count"] == 3 for t in manifest["tasks"])
+    assert not any(p.name.startswith(".pool.tmp-") for p in tmp_path.iterdir())
+    with pytest.raises(PoolError, match="already exists"):
+        export_pool(warehouse, ROUND, pool)
+
+
+def test_a_damaged_pool_is_refused_naming_what_is_wrong(round_with_admissions, tmp_path):
+    warehouse, task_ids = round_with_admissions
+    pool = export_pool(warehouse, ROUND, tmp_path / "pool")
+    with pytest.raises(PoolError, match="no pool.json"):
+        load_pool(tmp_path)
+    (pool / "tasks" / task_ids[0] / "tests" / "verify.py").unlink()
+    with pytest.raises(Exception, match=f"{task_ids[0]}.*verify.py|verify.py.*{task_ids[0]}"):
+        load_pool(pool)
+    shutil.rmtree(pool / "tasks" / task_ids[0])
+    manifest = json.loads((pool / "pool.json").read_text())
+    manifest["tasks"] = [dict(t, split="test") if t["task_id"] == task_ids[1] else t for t in manifest["tasks"][1:]]
+    (pool / "pool.json").write_text(json.dumps(manifest))
+    with pytest.raises(PoolError, match=f"task '{task_ids[1]}' has split 'test'"):
+        load_pool(pool)
+
+
+def test_a_round_that_admitted_nothing_has_no_pool(round_with_admissions, tmp_path):
+    warehouse, _ = round_with_admissions
+    rows = warehouse.read("admissions", {"round": ROUND}).with_columns(pl.lit(False).alias("admitted"))
+    warehouse.replace("admissions", rows, {"round": ROUND})
+    with pytest.raises(PoolError, match="admitted no task"):
+        export_pool(warehouse, ROUND, tmp_path / "pool")
+    assert not (tmp_path / "pool").exists()
+
+
+@pytest.mark.slow
+def test_transfer_trains_the_base_model_on_the_pool_with_grpo_only(round_with_admissions, base_checkpoint_dir, tmp_path):
+    from resources.embedded_policy import EmbeddedPolicyModel
+
+    warehouse, _ = round_with_admissions
+    pool = export_pool(warehouse, ROUND, tmp_path / "pool")
+    policy = EmbeddedPolicyModel(model_cache_dir=str(base_checkpoint_dir.parent))
+    loop = LoopConfig(max_turns=1)
+
+    summary = transfer_rl_only(pool, base_checkpoint_dir, tmp_path / "transfer", policy, BubblewrapSandbox(), loop,
+                               samples=8, log=lambda m: None)
+
+    assert summary["mode"] == "grpo_only" and summary["grpo_steps"] >= 1
+    assert summary["policy_checkpoint_id"] != summary["base_checkpoint_id"]
+    for key in ("train_pass_rate_before", "train_pass_rate_after", "heldout_pass_rate_before", "heldout_pass_rate_after"):
+        assert 0.0 <= summary[key] <= 1.0, key
+    assert json.loads((tmp_path / "transfer" / "transfer.json").read_text()) == summary
+    print(json.dumps(summary, indent=2))
