@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benchmarks import sandbox_overhead, synthesis_throughput
+from benchmarks import sandbox_overhead, synthesis_throughput, training_steps
 
 RESULTS = Path(__file__).resolve().parent / "results.json"
 
@@ -16,6 +16,11 @@ def main() -> None:
     results.update(sandbox_overhead.measure())
     print("building and validating 1,024 candidate tasks (a few minutes)", flush=True)
     results.update(synthesis_throughput.measure(1024))
+    print(
+        "timing GRPO and SFT training steps on the embedded model, ours beside TRL's trainers (several minutes)",
+        flush=True,
+    )
+    results.update(training_steps.measure())
     width = max(len(k) for k in results)
     for key, value in sorted(results.items()):
         print(f"{key:<{width}}  {value:.4g}")
