@@ -19,30 +19,41 @@ from resources.warehouse import DuckDBWarehouse, table_frame
 ROUND = "round-0001"
 
 
-@pytest.fixture
-def round_with_admissions(clawloop_home, tmp_path):
-    """Six level-0 tasks of one round: four admitted (three train, one held out), two not."""
-    capability = next(c for c in catalogs.load_capability_catalog() if c.id == "file_reorganization")
-    domain = catalogs.load_domain_catalog()[0]
-    spec = generator_spec(capability, domain, 0)
-    generator = write_generator(spec, tmp_path / "generator")
+def record_round(tmp_path, specs: list[tuple[str, str, int]], admitted: int, heldout: set[int]):
+    """A round's rows in the warehouse for level-0 tasks (capability, domain,
+    seed) built by the real generators: the first `admitted` are admitted,
+    those at the indices in `heldout` held out, the other admitted ones trained on."""
+    capabilities = {c.id: c for c in catalogs.load_capability_catalog()}
+    domains = {d.id: d for d in catalogs.load_domain_catalog()}
     tasks, admissions, splits = [], [], []
-    for i, seed in enumerate(range(11, 17)):
+    for i, (capability_id, domain_id, seed) in enumerate(specs):
+        capability, domain = capabilities[capability_id], domains[domain_id]
+        spec = generator_spec(capability, domain, 0)
+        generator = write_generator(spec, tmp_path / "generators" / spec.generator_id)
         build = build_candidate(BubblewrapSandbox(), generator, spec, seed, ROUND, tmp_path / "tasks")
         assert build.error is None, build.error
         task_id = build.bundle_dir.name
         tasks.append({"round": ROUND, "task_id": task_id, "generator_id": spec.generator_id, "capability_id": capability.id,
                       "domain_id": domain.id, "difficulty": 0, "track": capability.track, "seed": seed,
                       "bundle_path": str(build.bundle_dir), "build_status": "built", "build_error": None, "seconds": 0.1})
-        admitted = i < 4
-        admissions.append({"round": ROUND, "task_id": task_id, "pass_count": 3 if admitted else 8, "scored_rollouts": 8,
-                           "excluded_rollouts": 0, "admitted": admitted, "decision": "admitted" if admitted else "too_easy"})
-        if admitted:
-            splits.append({"round": ROUND, "task_id": task_id, "split": "heldout" if i == 3 else "train"})
+        is_admitted = i < admitted
+        admissions.append({"round": ROUND, "task_id": task_id, "pass_count": 3 if is_admitted else 8, "scored_rollouts": 8,
+                           "excluded_rollouts": 0, "admitted": is_admitted,
+                           "decision": "admitted" if is_admitted else "too_easy"})
+        if is_admitted:
+            splits.append({"round": ROUND, "task_id": task_id, "split": "heldout" if i in heldout else "train"})
     warehouse = DuckDBWarehouse()
     for table, rows in (("tasks", tasks), ("admissions", admissions), ("task_splits", splits)):
         warehouse.replace(table, table_frame(table, rows), {"round": ROUND})
     return warehouse, [t["task_id"] for t in tasks]
+
+
+@pytest.fixture
+def round_with_admissions(clawloop_home, tmp_path):
+    """Six tasks: four admitted (three train, one held out), two not."""
+    domain = catalogs.load_domain_catalog()[0].id
+    specs = [("file_reorganization", domain, seed) for seed in range(11, 17)]
+    return record_round(tmp_path, specs, admitted=4, heldout={3})
 
 
 def test_export_pool_copies_the_admitted_tasks_with_their_splits(round_with_admissions, tmp_path):
@@ -86,16 +97,22 @@ def test_a_round_that_admitted_nothing_has_no_pool(round_with_admissions, tmp_pa
 
 
 @pytest.mark.slow
-def test_transfer_trains_the_base_model_on_the_pool_with_grpo_only(round_with_admissions, base_checkpoint_dir, tmp_path):
+def test_transfer_trains_the_base_model_on_the_pool_with_grpo_only(clawloop_home, base_checkpoint_dir, tmp_path):
     from resources.embedded_policy import EmbeddedPolicyModel
 
-    warehouse, _ = round_with_admissions
+    # Level-0 tasks that a round with 192 candidates admitted, on which the
+    # embedded model passed 7, 4, 6 and 3 of 16 samples: GRPO gets groups with
+    # a reward variance.
+    specs = [("file_reorganization", "museum_artifact_loans", 1006), ("multi_module_refactor", "bikeshare_dock_audits", 1001),
+             ("multi_module_refactor", "blood_bank_unit_inventory", 1013),
+             ("multi_module_refactor", "ferry_crossing_manifests", 1009)]
+    warehouse, _ = record_round(tmp_path, specs, admitted=4, heldout={3})
     pool = export_pool(warehouse, ROUND, tmp_path / "pool")
     policy = EmbeddedPolicyModel(model_cache_dir=str(base_checkpoint_dir.parent))
     loop = LoopConfig(max_turns=1)
 
     summary = transfer_rl_only(pool, base_checkpoint_dir, tmp_path / "transfer", policy, BubblewrapSandbox(), loop,
-                               samples=8, log=lambda m: None)
+                               samples=16, log=lambda m: None)
 
     assert summary["mode"] == "grpo_only" and summary["grpo_steps"] >= 1
     assert summary["policy_checkpoint_id"] != summary["base_checkpoint_id"]
