@@ -1,11 +1,28 @@
 """The synthesis plan: which capabilities, at which difficulty, how many
-candidates. Round 1 starts every capability at level 0; round k+1 reads round
-k's diagnosis and pass rates, shifts weight toward weak capabilities, and moves
-each difficulty by at most one level (sharper jumps overshot in the paper)."""
+candidates. Round 1 starts every capability at level 0. From round 2 on a
+closed-loop controller plans from the evidence of every round so far.
+
+Why closed-loop: the paper grew difficulty open-loop and overshot; its
+admission rate went 65.6% -> 45.8% -> 55.4%, so a third to a half of a round's
+budget taught nothing. The controller here:
+- tracks, per (capability, level), the pass rate of the policy's rollouts and
+  the admission rate of its candidates over all rounds, older rounds weighing
+  less (each round trains a new policy);
+- moves a capability's level by one only when the evidence is statistically
+  clear (a Wilson interval of the pass rate wholly above or below the band, or
+  a neighbouring level whose admission rate is clearly better), and hedges a
+  move to an untried level: half the capability's candidates stay where they
+  were, so a level that turns out too hard cannot sink the round;
+- splits the candidates to reach a target admission rate with the most even
+  pool that reaches it, and never gives a capability less than `min_share` of
+  them, so it cannot buy its admission rate by collapsing the pool;
+- tilts weight toward capabilities the diagnosis found weak.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 # Every generator family implements levels 0 to MAX_LEVEL (the scale in
@@ -23,63 +40,228 @@ class PlanEntry:
     reason: str
 
 
-@dataclass(frozen=True)
-class CapabilityOutcome:
-    """What round k learned about one capability, for round k+1's plan."""
+@dataclass
+class CellEvidence:
+    """What the rounds so far say about one (capability, level), each round's
+    counts multiplied by its recency weight."""
 
-    difficulty: int
-    pass_rate: float | None  # the policy's pass rate on this capability's rollouts, None if unseen
-    failure_share: float  # share of the round's diagnosed failures on this capability
+    passes: float = 0.0  # passing rollouts
+    rollouts: float = 0.0  # scored rollouts
+    admitted: float = 0.0  # candidates admitted
+    candidates: float = 0.0  # candidates that reached validation
+
+    def add(self, weight: float, passes: int = 0, rollouts: int = 0, admitted: int = 0, candidates: int = 0) -> None:
+        self.passes += weight * passes
+        self.rollouts += weight * rollouts
+        self.admitted += weight * admitted
+        self.candidates += weight * candidates
+
+    @property
+    def pass_rate(self) -> float | None:
+        return self.passes / self.rollouts if self.rollouts else None
+
+    @property
+    def admission_rate(self) -> float:
+        """Posterior mean under a uniform prior: 0.5 with no evidence."""
+        return (self.admitted + 1) / (self.candidates + 2)
+
+
+def wilson_interval(successes: float, trials: float, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a proportion (works with weighted counts)."""
+    if trials <= 0:
+        return 0.0, 1.0
+    p = successes / trials
+    denominator = 1 + z * z / trials
+    centre = (p + z * z / (2 * trials)) / denominator
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denominator
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@dataclass(frozen=True)
+class Controller:
+    """The controller's settings. `band` is the admission band as pass-rate
+    fractions (N_l/N, N_h/N): a task whose rollouts pass more often than N_h/N
+    is mostly too easy, less often than N_l/N mostly unsolved."""
+
+    band: tuple[float, float] = (1 / 8, 5 / 8)
+    target_admission: float = 0.7
+    min_share: float = 0.05
+    # Rollouts (recency-weighted) needed before a level may move at all.
+    min_rollouts: float = 16.0
+    z: float = 1.96
+    # Evidence of a round k rounds old counts recency**k: the policy changes every round.
+    recency: float = 0.5
+    # Weight given to diagnosed weakness: w *= 1 + weakness_tilt * failure_share.
+    weakness_tilt: float = 1.0
+    evenness_steps: int = field(default=20)
+
+    def __post_init__(self) -> None:
+        low, high = self.band
+        if not 0 < low <= high < 1:
+            raise ValueError(f"band must satisfy 0 < low <= high < 1, got {self.band}")
+        if not 0 <= self.min_share <= 1:
+            raise ValueError(f"min_share must be in [0, 1], got {self.min_share}")
 
 
 def first_plan(capabilities: Sequence[str], candidates_per_round: int) -> list[PlanEntry]:
     weight = 1.0 / len(capabilities)
-    counts = _apportion(candidates_per_round, {c: weight for c in capabilities})
+    counts = _apportion(candidates_per_round, {c: weight for c in capabilities}, 0.0)
     return [PlanEntry(c, 0, weight, counts[c], "round 1: every capability starts at level 0") for c in capabilities]
+
+
+@dataclass(frozen=True)
+class LevelDecision:
+    levels: dict[int, float]  # level -> share of the capability's candidates
+    expected_admission: float
+    reason: str
+
+
+def _logit(p: float) -> float:
+    p = min(max(p, 1e-4), 1 - 1e-4)
+    return math.log(p / (1 - p))
+
+
+def _sigmoid(x: float) -> float:
+    return 1 / (1 + math.exp(-x))
+
+
+def estimate_drift(rounds: Sequence[Mapping[tuple[str, int], CellEvidence]], min_rollouts: float = 16.0) -> float:
+    """How much the policy's pass rate moves in a round, in logits: the mean
+    change, from the second-last to the last round, over the (capability,
+    level) cells both measured. Each round trains the policy, so the next
+    round's policy is this much better than the one the evidence came from.
+    Clamped to [-1, 1]; 0 with fewer than two rounds."""
+    if len(rounds) < 2:
+        return 0.0
+    before, after = rounds[-2], rounds[-1]
+    changes, weights = [], []
+    for key, cell in after.items():
+        old = before.get(key)
+        if old is None or min(old.rollouts, cell.rollouts) < min_rollouts:
+            continue
+        changes.append(_logit(cell.pass_rate) - _logit(old.pass_rate))
+        weights.append(min(old.rollouts, cell.rollouts))
+    if not changes:
+        return 0.0
+    mean = sum(c * w for c, w in zip(changes, weights)) / sum(weights)
+    return max(-1.0, min(1.0, mean))
+
+
+def decide_level(current: int, evidence: Mapping[int, CellEvidence], controller: Controller,
+                 drift: float = 0.0) -> LevelDecision:
+    """Where one capability goes next, from its current (primary) level.
+    `drift` (logits) shifts the measured pass rate to the policy that will run."""
+    low, high = controller.band
+    here = evidence.get(current, CellEvidence())
+    rate = here.pass_rate
+    if here.rollouts < controller.min_rollouts or rate is None:
+        return LevelDecision({current: 1.0}, here.admission_rate,
+                             f"level {current} kept: {here.rollouts:.0f} rollouts so far, too few to move")
+    lo, hi = (_sigmoid(_logit(x) + drift) for x in wilson_interval(here.passes, here.rollouts, controller.z))
+    rate = _sigmoid(_logit(rate) + drift)
+    described = f"pass rate {rate:.0%} (95% CI {lo:.0%}-{hi:.0%}{f', {drift:+.2f} logits of drift' if drift else ''})"
+    for neighbour in (current + 1, current - 1):
+        other = evidence.get(neighbour)
+        if other is None or other.candidates < 2 or not 0 <= neighbour <= MAX_LEVEL:
+            continue
+        mine = wilson_interval(here.admitted, here.candidates, controller.z)
+        theirs = wilson_interval(other.admitted, other.candidates, controller.z)
+        if theirs[0] > mine[1]:
+            return LevelDecision({neighbour: 1.0}, other.admission_rate,
+                                 f"level {current} -> {neighbour}: admission {other.admission_rate:.0%} there is clearly "
+                                 f"above {here.admission_rate:.0%} here")
+    # The admission rate peaks when the pass rate sits in the middle of the
+    # band and falls off toward its edges (tasks differ, so a mean pass rate
+    # near an edge puts many of them outside): keep the pass rate in the inner
+    # half of the band, [inner_low, inner_high].
+    centre = (low + high) / 2
+    inner_low, inner_high = (low + centre) / 2, (centre + high) / 2
+    if current < MAX_LEVEL and lo > inner_high:
+        return _move(current, current + 1, evidence, here,
+                     f"{described} is clearly above {'the band' if lo > high else f'{inner_high:.0%}, the inner band'}")
+    if current > 0 and hi < inner_low:
+        return _move(current, current - 1, evidence, here,
+                     f"{described} is clearly below {'the band' if hi < low else f'{inner_low:.0%}, the inner band'}")
+    return LevelDecision({current: 1.0}, here.admission_rate, f"level {current} kept: {described}")
+
+
+def _move(current: int, target: int, evidence: Mapping[int, CellEvidence], here: CellEvidence, why: str) -> LevelDecision:
+    if target < current or (target in evidence and evidence[target].candidates >= 2):
+        return LevelDecision({target: 1.0}, evidence.get(target, CellEvidence()).admission_rate,
+                             f"level {current} -> {target}: {why}")
+    # Up to an untried level, the overshoot the paper suffered: half the
+    # candidates stay where the policy is known. (Down from a level that is
+    # clearly too hard risks nothing.)
+    return LevelDecision({current: 0.5, target: 0.5}, here.admission_rate / 2 + 0.25,
+                         f"level {current} -> {target} for half: {why}; the other half stays at {current} "
+                         f"until {target} is measured")
 
 
 def next_plan(
     capabilities: Sequence[str],
-    outcomes: Mapping[str, CapabilityOutcome],
+    current_levels: Mapping[str, int],
+    evidence: Mapping[tuple[str, int], CellEvidence],
+    failure_share: Mapping[str, float],
     candidates_per_round: int,
-    admission_rate_bounds: tuple[float, float],
+    controller: Controller = Controller(),
+    drift: float = 0.0,
 ) -> list[PlanEntry]:
-    """`admission_rate_bounds` = (low, high) pass rates of the admission band
-    (e.g. 1/8 and 5/8): above it the policy has outgrown the level, below it the
-    level is out of reach."""
-    low, high = admission_rate_bounds
-    raw_weights, levels, reasons = {}, {}, {}
+    """Round k+1's plan from the evidence of rounds 1..k (`drift`: see estimate_drift)."""
+    decisions = {}
     for capability in capabilities:
-        outcome = outcomes.get(capability)
-        if outcome is None or outcome.pass_rate is None:
-            level = outcome.difficulty if outcome else 0
-            levels[capability], reasons[capability] = level, "no rollouts last round: level kept"
-            raw_weights[capability] = 1.0
-            continue
-        level, rate = outcome.difficulty, outcome.pass_rate
-        if rate > high and level < MAX_LEVEL:
-            level, why = level + 1, f"pass rate {rate:.0%} above the band: level +1"
-        elif rate < low and level > 0:
-            level, why = level - 1, f"pass rate {rate:.0%} below the band: level -1"
-        else:
-            why = f"pass rate {rate:.0%}: level kept"
-        levels[capability] = level
-        # Weak capabilities (many diagnosed failures) get more of next round's budget.
-        raw_weights[capability] = 1.0 + 2.0 * outcome.failure_share
-        reasons[capability] = f"{why}; {outcome.failure_share:.0%} of diagnosed failures"
-    total = sum(raw_weights.values())
-    weights = {c: w / total for c, w in raw_weights.items()}
-    counts = _apportion(candidates_per_round, weights)
-    return [PlanEntry(c, levels[c], weights[c], counts[c], reasons[c]) for c in capabilities]
+        by_level = {level: cell for (c, level), cell in evidence.items() if c == capability}
+        decisions[capability] = decide_level(current_levels.get(capability, 0), by_level, controller, drift)
+    expected = {c: d.expected_admission for c, d in decisions.items()}
+    tilt = {c: 1.0 + controller.weakness_tilt * failure_share.get(c, 0.0) for c in capabilities}
+    weights, evenness = _weights_for_target(expected, tilt, controller)
+    counts = _apportion(candidates_per_round, weights, controller.min_share)
+    plan = []
+    for capability in capabilities:
+        decision = decisions[capability]
+        split = _apportion(counts[capability], decision.levels, 0.0, at_least_one=False)
+        for level in sorted(split):
+            plan.append(PlanEntry(
+                capability, level, weights[capability] * decision.levels[level], split[level],
+                f"{decision.reason}; expected admission {decision.expected_admission:.0%}; "
+                f"{failure_share.get(capability, 0.0):.0%} of diagnosed failures; pool evenness {evenness:.2f}",
+            ))
+    return plan
 
 
-def _apportion(total: int, weights: Mapping[str, float]) -> dict[str, int]:
-    """Integer candidate counts proportional to weights (largest remainder),
-    at least one per capability so none drops out of sight."""
+def _weights_for_target(expected: Mapping[str, float], tilt: Mapping[str, float], controller: Controller):
+    """Capability weights: the most even mix of uniform and admission-
+    proportional weights whose expected admission rate reaches the target (the
+    admission-proportional end if none does). Returns (weights, evenness),
+    evenness 1 for uniform, 0 for fully admission-proportional."""
+    names = sorted(expected)
+    uniform = {c: tilt[c] / sum(tilt.values()) for c in names}
+    scored = {c: tilt[c] * expected[c] for c in names}
+    total = sum(scored.values()) or 1.0
+    proportional = {c: scored[c] / total for c in names}
+    best = proportional
+    for step in range(controller.evenness_steps + 1):
+        mix = step / controller.evenness_steps
+        weights = {c: (1 - mix) * uniform[c] + mix * proportional[c] for c in names}
+        if sum(weights[c] * expected[c] for c in names) >= controller.target_admission:
+            return weights, 1 - mix
+        best = weights
+    return best, 0.0
+
+
+def _apportion(total: int, weights: Mapping, min_share: float, at_least_one: bool = True) -> dict:
+    """Integer counts proportional to `weights` (largest remainder), each at
+    least ceil(min_share * total) and, with `at_least_one`, at least one, so no
+    capability drops out of sight."""
     names = sorted(weights)
-    budget = max(total, len(names))
-    exact = {n: weights[n] * budget for n in names}
-    counts = {n: max(1, int(exact[n])) for n in names}
+    if not names:
+        return {}
+    budget = max(total, len(names)) if at_least_one else total
+    floor = max(math.ceil(min_share * budget), 1 if at_least_one else 0)
+    floor = min(floor, budget // len(names))
+    weight_sum = sum(weights.values()) or 1.0
+    free = budget - floor * len(names)
+    exact = {n: weights[n] / weight_sum * free for n in names}
+    counts = {n: floor + int(exact[n]) for n in names}
     leftover = budget - sum(counts.values())
     for n in sorted(names, key=lambda n: exact[n] - int(exact[n]), reverse=True)[: max(leftover, 0)]:
         counts[n] += 1

@@ -10,6 +10,7 @@ from pydantic import model_validator
 
 from clawloop_assets.admission import AdmissionBand
 from clawloop_assets.agent_loop import AgentSettings
+from clawloop_assets.curriculum import Controller
 from training_jobs.configs import recipe_config
 
 
@@ -35,6 +36,11 @@ class LoopConfig(dg.ConfigurableResource):
     # model cannot, so the built-in families are the default.
     generator_source: Literal["builtin", "model"] = "builtin"
     generator_max_tokens: int = 4096
+    # The closed-loop difficulty controller (clawloop_assets/curriculum.py).
+    target_admission_rate: float = 0.7
+    min_capability_share: float = 0.05
+    controller_recency: float = 0.5
+
     # The training recipe (training_jobs.configs.RECIPES): "cpu", measured on
     # the embedded model, or "paper" for GPU nodes. A field below that is set
     # overrides the recipe's value.
@@ -68,6 +74,14 @@ class LoopConfig(dg.ConfigurableResource):
 
     def agent_settings(self) -> AgentSettings:
         return AgentSettings(max_turns=self.max_turns, max_new_tokens=self.max_new_tokens, temperature=self.temperature)
+
+    def controller(self) -> Controller:
+        return Controller(
+            band=(self.admission_low / self.rollouts_per_task, self.admission_high / self.rollouts_per_task),
+            target_admission=self.target_admission_rate,
+            min_share=self.min_capability_share,
+            recency=self.controller_recency,
+        )
 
     def training_job_config(self, job: str) -> dict:
         """The recipe's fields for `job` ("sft" or "grpo") with this round's overrides."""

@@ -1,7 +1,24 @@
-from clawloop_assets.curriculum import CapabilityOutcome, first_plan, next_plan
+"""The synthesis plan and the closed-loop difficulty controller, against a
+simulated policy whose pass rate per capability and level is known."""
 
-CAPS = ["grouped_statistics", "ledger_reconciliation", "file_reorganization"]
-BAND = (1 / 8, 5 / 8)
+import math
+import random
+
+import pytest
+
+from clawloop_assets.curriculum import (
+    MAX_LEVEL,
+    CellEvidence,
+    Controller,
+    decide_level,
+    estimate_drift,
+    first_plan,
+    next_plan,
+    wilson_interval,
+)
+
+CAPS = ["a", "b", "c", "d", "e", "f"]
+PAPER = Controller(band=(1 / 8, 5 / 8))  # N = 8, band [1, 5]
 
 
 def test_first_plan_starts_at_level_zero_with_the_whole_budget():
@@ -10,22 +27,187 @@ def test_first_plan_starts_at_level_zero_with_the_whole_budget():
     assert sum(e.candidates for e in plan) == 36
 
 
-def test_levels_move_at_most_one_and_weights_follow_failures():
-    outcomes = {
-        "grouped_statistics": CapabilityOutcome(0, 0.9, 0.0),  # outgrown
-        "ledger_reconciliation": CapabilityOutcome(2, 0.0, 0.8),  # out of reach
-        "file_reorganization": CapabilityOutcome(1, 0.3, 0.2),  # in band
-    }
-    plan = {e.capability_id: e for e in next_plan(CAPS, outcomes, 30, BAND)}
-    assert plan["grouped_statistics"].difficulty == 1
-    assert plan["ledger_reconciliation"].difficulty == 1
-    assert plan["file_reorganization"].difficulty == 1
-    assert plan["ledger_reconciliation"].candidates > plan["grouped_statistics"].candidates
-    assert sum(e.candidates for e in plan.values()) == 30
-    assert "below the band" in plan["ledger_reconciliation"].reason
+def test_wilson_interval_matches_the_textbook_value():
+    lo, hi = wilson_interval(8, 10)
+    assert (round(lo, 3), round(hi, 3)) == (0.49, 0.943)
 
 
-def test_every_capability_keeps_at_least_one_candidate():
-    outcomes = {c: CapabilityOutcome(0, 0.3, 1.0 if c == CAPS[0] else 0.0) for c in CAPS}
-    plan = next_plan(CAPS, outcomes, 3, BAND)
-    assert all(e.candidates >= 1 for e in plan)
+def cell(passes, rollouts, admitted=0, candidates=0):
+    return CellEvidence(passes, rollouts, admitted, candidates)
+
+
+def test_drift_is_the_mean_logit_change_of_cells_seen_twice():
+    before = {("a", 0): cell(16, 64), ("b", 1): cell(32, 64), ("c", 0): cell(1, 8)}
+    after = {("a", 0): cell(24, 64), ("b", 1): cell(40, 64), ("c", 0): cell(8, 8)}
+    logit = lambda p: math.log(p / (1 - p))  # noqa: E731
+    expected = (logit(24 / 64) - logit(16 / 64) + logit(40 / 64) - logit(32 / 64)) / 2  # c: too few rollouts
+    assert estimate_drift([before, after]) == pytest.approx(expected)
+    assert estimate_drift([after]) == 0.0
+
+
+def test_levels_move_only_on_clear_evidence_and_by_one():
+    # 30 of 32 rollouts pass: clearly above the band; level 3 untried, so half moves.
+    up = decide_level(2, {2: cell(30, 32, 0, 4)}, PAPER)
+    assert up.levels == {2: 0.5, 3: 0.5} and "clearly above" in up.reason
+    # 6 of 8 pass is above 5/8 but not clearly; 18 of 32 not clearly above the inner band (50%): kept.
+    assert decide_level(2, {2: cell(6, 8, 0, 1)}, PAPER).levels == {2: 1.0}
+    assert decide_level(2, {2: cell(18, 32, 1, 4)}, PAPER).levels == {2: 1.0}
+    # The same evidence with a round of drift expected: the policy that runs next is better.
+    assert decide_level(2, {2: cell(18, 32, 1, 4)}, PAPER, drift=1.0).levels == {2: 0.5, 3: 0.5}
+    # 0 of 64 pass: clearly below; one level down.
+    assert decide_level(3, {3: cell(0, 64, 0, 8)}, PAPER).levels == {2: 1.0}
+    assert decide_level(0, {0: cell(0, 64, 0, 8)}, PAPER).levels == {0: 1.0}
+    # A neighbour whose admission rate is clearly better wins outright.
+    better = decide_level(2, {2: cell(1, 64, 0, 8), 1: cell(20, 64, 7, 8)}, PAPER)
+    assert better.levels == {1: 1.0}
+
+
+def test_plan_follows_the_evidence_and_keeps_every_capability_in_the_pool():
+    evidence = {("a", 0): cell(60, 64, 0, 8), ("b", 0): cell(20, 64, 7, 8), ("c", 0): cell(0, 64, 0, 8)}
+    plan = next_plan(["a", "b", "c"], {"a": 0, "b": 0, "c": 0}, evidence, {"c": 1.0}, 40, PAPER)
+    by_cap = {}
+    for e in plan:
+        by_cap.setdefault(e.capability_id, {})[e.difficulty] = e.candidates
+    assert sum(sum(v.values()) for v in by_cap.values()) == 40
+    assert set(by_cap["a"]) == {0, 1}  # hedged move up
+    assert by_cap["b"] == {0: max(by_cap["b"].values())}
+    assert sum(by_cap["b"].values()) > sum(by_cap["c"].values())  # admission outweighs the failure tilt
+    assert all(sum(v.values()) >= math.ceil(0.05 * 40) for v in by_cap.values())
+
+
+class SimulatedPolicy:
+    """Pass probability of a task at level l for a capability of skill s:
+    its mean is 1 / (1 + exp(2 (l - s))), and tasks differ (Beta with
+    concentration 4). Training raises a capability's skill by 0.15 a round
+    when the round admitted tasks of it."""
+
+    def __init__(self, skills: dict[str, float], rng: random.Random):
+        self.skills, self.rng = dict(skills), rng
+
+    def run_round(self, plan, n: int = 8, band: tuple[int, int] = (1, 5)):
+        evidence, admitted_by_cap, total_admitted, total = {}, {}, 0, 0
+        for entry in plan:
+            mean = 1 / (1 + math.exp(2 * (entry.difficulty - self.skills[entry.capability_id])))
+            for _ in range(entry.candidates):
+                p = self.rng.betavariate(4 * mean + 1e-3, 4 * (1 - mean) + 1e-3)
+                passes = sum(self.rng.random() < p for _ in range(n))
+                admitted = band[0] <= passes <= band[1]
+                key = (entry.capability_id, entry.difficulty)
+                evidence.setdefault(key, CellEvidence()).add(1.0, passes, n, int(admitted), 1)
+                admitted_by_cap[entry.capability_id] = admitted_by_cap.get(entry.capability_id, 0) + admitted
+                total_admitted += admitted
+                total += 1
+        for capability, count in admitted_by_cap.items():
+            if count:
+                self.skills[capability] += 0.15
+        return evidence, total_admitted / total
+
+
+def merge(history, recency):
+    merged = {}
+    for age, evidence in enumerate(reversed(history)):
+        for key, cell_ in evidence.items():
+            merged.setdefault(key, CellEvidence()).add(recency**age, cell_.passes, cell_.rollouts, cell_.admitted,
+                                                       cell_.candidates)
+    return merged
+
+
+def primary_levels(plan):
+    levels = {}
+    for e in sorted(plan, key=lambda e: (e.candidates, e.difficulty), reverse=True):
+        levels.setdefault(e.capability_id, e.difficulty)
+    return levels
+
+
+def simulate(planner, rounds=10, candidates=256, seed=0):
+    rng = random.Random(seed)
+    policy = SimulatedPolicy(dict(zip(CAPS, [-1.0, -0.5, 0.0, 0.25, 0.5, 1.0])), rng)
+    plan, history, rates, plans = first_plan(CAPS, candidates), [], [], []
+    for _ in range(rounds):
+        plans.append(plan)
+        evidence, rate = policy.run_round(plan)
+        history.append(evidence)
+        rates.append(rate)
+        plan = planner(plan, history, candidates)
+    return rates, plans
+
+
+def closed_loop(plan, history, candidates):
+    return next_plan(CAPS, primary_levels(plan), merge(history, PAPER.recency), {}, candidates, PAPER,
+                     estimate_drift(history))
+
+
+def open_loop(plan, history, candidates):
+    """The paper's growth: every capability one level harder each round."""
+    return [e.__class__(e.capability_id, min(e.difficulty + 1, MAX_LEVEL), e.weight, e.candidates, "open loop")
+            for e in plan]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_controller_converges_on_the_admission_band_without_overshoot(seed):
+    """Six capabilities from hopeless to easy at level 0, each getting better
+    every round it trains. The best level at any moment admits about 65%
+    (a task's 8 passes land in [1, 5] that often at the best pass rate): from
+    round 3 on the controller stays near it and never drops 10 points."""
+    rates, plans = simulate(closed_loop, seed=seed)
+    settled = rates[2:]
+    assert min(settled) >= 0.5, rates
+    assert all(later >= earlier - 0.10 for earlier, later in zip(settled, settled[1:])), rates
+    assert sum(settled[-3:]) / 3 >= rates[0], rates  # it did not get worse than where it started
+    for plan in plans:
+        share = {}
+        for e in plan:
+            share[e.capability_id] = share.get(e.capability_id, 0) + e.candidates
+        assert min(share.values()) >= math.ceil(0.05 * 64), share  # no capability squeezed out
+    for before, after in zip(plans, plans[1:]):
+        b, a = primary_levels(before), primary_levels(after)
+        assert all(abs(a[c] - b[c]) <= 1 for c in CAPS)
+
+
+def test_open_loop_growth_overshoots_under_the_same_policy():
+    """The same check fails for the paper's open-loop growth: the test can tell."""
+    rates, _ = simulate(open_loop, seed=0)
+    settled = rates[2:]
+    assert min(settled) < 0.5 or any(later < earlier - 0.10 for earlier, later in zip(settled, settled[1:])), rates
+
+
+def test_round_two_plan_follows_round_one_evidence_and_report(clawloop_home):
+    """The asset's inputs, read from a warehouse holding round 1: a capability
+    whose tasks all passed moves up (hedged), the diagnosed one keeps its
+    share, and every reason says why."""
+    from clawloop_assets.assets.synthesis import controller_inputs
+    from clawloop_assets.loop_config import LoopConfig
+    from resources.warehouse import DuckDBWarehouse, table_frame
+
+    warehouse, key = DuckDBWarehouse(), "round-0001"
+    passes = {"easy": 8, "band": 3, "hard": 0}
+    plans, tasks, admissions, failures = [], [], [], []
+    for capability, count in passes.items():
+        plans.append({"round": key, "capability_id": capability, "difficulty": 0, "weight": 1 / 3, "candidates": 4,
+                      "source_round": None, "reason": "round 1"})
+        for i in range(4):
+            task_id = f"{key}.{capability}.{i}"
+            tasks.append({"round": key, "task_id": task_id, "generator_id": f"{capability}.g", "capability_id": capability,
+                          "domain_id": "d", "difficulty": 0, "track": "analysis", "seed": i, "bundle_path": None,
+                          "build_status": "built", "build_error": None, "seconds": 0.1})
+            admissions.append({"round": key, "task_id": task_id, "pass_count": count, "scored_rollouts": 8,
+                               "excluded_rollouts": 0, "admitted": 1 <= count <= 5, "decision": "admitted"})
+            if capability == "hard":
+                failures.append({"round": key, "summary_id": f"s{i}", "rollout_id": f"r{i}", "task_id": task_id,
+                                 "capability_id": capability, "failure_turn": 0, "failure_action": "ls",
+                                 "root_cause": "premature_termination", "missing_capability": "x", "evidence": "{}",
+                                 "produced_by": "evidence"})
+    for table, rows in (("synthesis_plans", plans), ("tasks", tasks), ("admissions", admissions),
+                        ("failure_summaries", failures), ("round_summaries", [{"round": key, "summary": "{}"}])):
+        warehouse.replace(table, table_frame(table, rows), {"round": key})
+
+    loop = LoopConfig(candidates_per_round=30)
+    levels, evidence, failure_share, drift = controller_inputs(warehouse, "round-0002", loop.controller_recency)
+    assert levels == {"easy": 0, "band": 0, "hard": 0} and drift == 0.0
+    assert evidence[("easy", 0)].pass_rate == 1.0 and evidence[("band", 0)].admitted == 4
+    assert failure_share == {"easy": 0.0, "band": 0.0, "hard": 1.0}
+    plan = next_plan(list(passes), levels, evidence, failure_share, 30, loop.controller(), drift)
+    by = {(e.capability_id, e.difficulty): e for e in plan}
+    assert ("easy", 1) in by and ("easy", 0) in by and "clearly above the band" in by[("easy", 1)].reason
+    assert by[("band", 0)].candidates > by[("hard", 0)].candidates >= 2
+    assert "100% of diagnosed failures" in by[("hard", 0)].reason

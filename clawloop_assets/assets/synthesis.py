@@ -12,6 +12,7 @@ from clawloop_assets.cost import measure
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.model_generators import GeneratorReplyError, generator_prompt, write_model_generator
 from clawloop_assets.partitions import previous_round, round_number, round_partitions
+from clawloop_assets.partitions import round_key as round_key_for
 from clawloop_assets.round_state import MissingUpstreamError, input_policy, require_rows, workdir
 from clawloop_assets.synthesis import (
     CandidateBuild,
@@ -60,13 +61,13 @@ def synthesis_plan(context: dg.AssetExecutionContext, warehouse: Warehouse, loop
     key = context.partition_key
     capabilities = require_rows(warehouse, "capabilities", key, "capability_catalog")["capability_id"].to_list()
     upstream = previous_round(key)
+    drift = 0.0
     if upstream is None:
         plan = curriculum.first_plan(capabilities, loop.candidates_per_round)
     else:
-        plan = curriculum.next_plan(
-            capabilities, _outcomes(warehouse, upstream), loop.candidates_per_round,
-            (loop.admission_low / loop.rollouts_per_task, loop.admission_high / loop.rollouts_per_task),
-        )
+        levels, evidence, failure_share, drift = controller_inputs(warehouse, key, loop.controller_recency)
+        plan = curriculum.next_plan(capabilities, levels, evidence, failure_share, loop.candidates_per_round,
+                                    loop.controller(), drift)
     rows = [
         {"round": key, "capability_id": e.capability_id, "difficulty": e.difficulty, "weight": e.weight,
          "candidates": e.candidates, "source_round": upstream, "reason": e.reason}
@@ -75,35 +76,48 @@ def synthesis_plan(context: dg.AssetExecutionContext, warehouse: Warehouse, loop
     warehouse.replace("synthesis_plans", table_frame("synthesis_plans", rows), {"round": key})
     return dg.MaterializeResult(metadata={
         "upstream_round": upstream or "none (round 1 starts from the base curriculum)",
+        "pass_rate_drift_logits": round(drift, 3),
+        "target_admission_rate": loop.target_admission_rate,
         "plan": markdown_table(["capability", "level", "weight", "candidates", "why"],
                                [(e.capability_id, e.difficulty, f"{e.weight:.2f}", e.candidates, e.reason) for e in plan]),
     })
 
 
-def _outcomes(warehouse: Warehouse, upstream: str) -> dict[str, curriculum.CapabilityOutcome]:
-    """Round k-1's difficulty state and results, read by key."""
+def controller_inputs(warehouse: Warehouse, round_key: str, recency: float):
+    """What the controller plans round k+1 from: each capability's primary
+    level last round, the evidence per (capability, level) of every round so
+    far (validation pass counts and admissions, a round j rounds back weighing
+    recency**j), each capability's share of last round's diagnosed failures,
+    and the drift of the pass rate between the last two rounds."""
+    upstream = previous_round(round_key)
     if warehouse.read("round_summaries", {"round": upstream}).is_empty():
         raise MissingUpstreamError(f"{upstream} has not completed (no round_summary): finish it before planning the next round")
     plan = warehouse.read("synthesis_plans", {"round": upstream})
-    tasks = warehouse.read("tasks", {"round": upstream}).select("task_id", "capability_id")
-    rollouts = warehouse.read("rollouts", {"round": upstream})
-    # The trained policy's held-out results say where it stands now; capabilities
-    # with no held-out task fall back to the validation rollouts of the round.
-    scored = rollouts.filter(pl.col("status") == "scored").join(tasks, on="task_id")
-    after = scored.filter(pl.col("phase") == "heldout_after")
-    during = scored.filter(pl.col("phase") == "validation")
+    # The primary level: most candidates; on a tie (a hedged move) the higher one.
+    levels = {}
+    for row in plan.sort(["candidates", "difficulty"], descending=True).iter_rows(named=True):
+        levels.setdefault(row["capability_id"], row["difficulty"])
+    per_round: list[dict[tuple[str, int], curriculum.CellEvidence]] = []
+    for past in range(1, round_number(round_key)):
+        past_key = round_key_for(past)
+        tasks = warehouse.read("tasks", {"round": past_key}).select("task_id", "capability_id", "difficulty")
+        admissions = warehouse.read("admissions", {"round": past_key})
+        cells: dict[tuple[str, int], curriculum.CellEvidence] = {}
+        for row in admissions.join(tasks, on="task_id").iter_rows(named=True):
+            cell = cells.setdefault((row["capability_id"], row["difficulty"]), curriculum.CellEvidence())
+            cell.add(1.0, passes=row["pass_count"], rollouts=row["scored_rollouts"], admitted=int(row["admitted"]),
+                     candidates=1)
+        per_round.append(cells)
+    evidence: dict[tuple[str, int], curriculum.CellEvidence] = {}
+    for age, cells in enumerate(reversed(per_round)):
+        for key, cell in cells.items():
+            evidence.setdefault(key, curriculum.CellEvidence()).add(
+                recency**age, cell.passes, cell.rollouts, cell.admitted, cell.candidates)
     summaries = warehouse.read("failure_summaries", {"round": upstream})
     failures = max(summaries.height, 1)
-    outcomes = {}
-    for row in plan.iter_rows(named=True):
-        capability = row["capability_id"]
-        source = after.filter(pl.col("capability_id") == capability)
-        if source.is_empty():
-            source = during.filter(pl.col("capability_id") == capability)
-        rate = float(source["reward"].mean()) if source.height else None
-        share = summaries.filter(pl.col("capability_id") == capability).height / failures
-        outcomes[capability] = curriculum.CapabilityOutcome(row["difficulty"], rate, share)
-    return outcomes
+    failure_share = {c: summaries.filter(pl.col("capability_id") == c).height / failures
+                     for c in set(plan["capability_id"])}
+    return levels, evidence, failure_share, curriculum.estimate_drift(per_round)
 
 
 def candidate_assignments(warehouse: Warehouse, round_key: str) -> list[tuple[GeneratorSpec, int]]:
