@@ -57,6 +57,24 @@ def decide_admission(rewards: Sequence[float | None], band: AdmissionBand) -> Ad
     return AdmissionDecision(passes, len(scored), excluded, decision)
 
 
+def admission_is_final(rewards: Sequence[float | None], band: AdmissionBand) -> bool:
+    """True when no further rollout can change the decision: more than `high`
+    passes among at least `min_scored` scored rollouts is too easy whatever
+    follows. (Every other decision can still change, and an admitted task needs
+    its whole group for GRPO.)"""
+    scored = [r for r in rewards if r is not None]
+    return len(scored) >= band.min_scored and sum(1 for r in scored if r == 1.0) > band.high
+
+
+def sequential_waves(band: AdmissionBand) -> list[int]:
+    """Rollouts per wave: the first wave is the fewest that can show more than
+    `high` passes, the second the rest (two waves keep the batches large)."""
+    first = max(band.high + 1, band.min_scored)
+    if first >= band.rollouts_per_task:
+        return [band.rollouts_per_task]
+    return [first, band.rollouts_per_task - first]
+
+
 def split_tasks(
     capability_of: Mapping[str, str], heldout_fraction: float, seed: int
 ) -> dict[str, str]:

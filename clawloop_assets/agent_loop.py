@@ -15,6 +15,7 @@ import os
 import shutil
 import stat
 import time
+import zlib
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,10 +76,16 @@ class AgentSettings:
     workspace_bytes: int = 16 << 20
     workspace_budget_bytes: int = 2 << 30
 
-    def sampling(self, seed: int) -> SamplingParams:
+    def sampling(self, seed: int, stream_ids: Sequence[int] = (), first_index: int = 0) -> SamplingParams:
         return SamplingParams(
-            max_new_tokens=self.max_new_tokens, temperature=self.temperature, stop=(FENCE_CLOSE,), seed=seed
+            max_new_tokens=self.max_new_tokens, temperature=self.temperature, stop=(FENCE_CLOSE,), seed=seed,
+            stream_ids=tuple(stream_ids), first_index=first_index,
         )
+
+
+def sample_stream(*parts: object) -> int:
+    """A stable stream id for a task (first turn) or a rollout (later turns)."""
+    return zlib.crc32("|".join(map(str, parts)).encode())
 
 
 @dataclass
@@ -149,13 +156,18 @@ def run_rollouts(
     workdir: Path,
     seed: int,
     progress: Callable[[str], None] = lambda message: None,
+    first_index: int = 0,
 ) -> list[Rollout]:
-    """`samples_per_task` rollouts of every task, batched through the policy turn by turn."""
+    """`samples_per_task` rollouts of every task, batched through the policy
+    turn by turn, with sample indices from `first_index`. Each rollout's
+    randomness depends on its task, its index and the seed, never on which
+    other tasks share the call: a later wave of indices 6-7 gives the rollouts
+    a single run of 8 would have."""
     with ExitStack() as quotas:
         rollouts: list[Rollout] = []
         quota = min(settings.workspace_bytes, settings.workspace_budget_bytes // max(1, len(tasks) * samples_per_task))
         for task in tasks:
-            for index in range(samples_per_task):
+            for index in range(first_index, first_index + samples_per_task):
                 workspace = workdir / task.task_id / f"sample-{index}"
                 release_quota(workspace)  # one a crashed run left mounted
                 if workspace.exists():
@@ -164,18 +176,18 @@ def run_rollouts(
                 rollout.quota_enforced = quotas.enter_context(disk_quota(workspace, quota))
                 shutil.copytree(task.environment_dir, workspace, symlinks=True, dirs_exist_ok=True)
                 rollouts.append(rollout)
-        _run_turns(session, sandbox, tasks, rollouts, samples_per_task, settings, seed, progress)
+        _run_turns(session, sandbox, tasks, rollouts, samples_per_task, settings, seed, progress, first_index)
     return rollouts
 
 
-def _run_turns(session, sandbox, tasks, rollouts, samples_per_task, settings, seed, progress) -> None:
+def _run_turns(session, sandbox, tasks, rollouts, samples_per_task, settings, seed, progress, first_index) -> None:
     for turn in range(settings.max_turns):
         active = [r for r in rollouts if not r.done]
         if not active:
             break
         progress(f"turn {turn + 1}/{settings.max_turns}: sampling {len(active)} rollouts")
         if turn == 0:
-            _first_turn(session, tasks, rollouts, samples_per_task, settings, seed, progress)
+            _first_turn(session, tasks, rollouts, samples_per_task, settings, seed, progress, first_index)
         else:
             _next_turn(session, active, settings, seed + 7919 * turn, progress)
         for rollout in active:
@@ -190,7 +202,7 @@ def _run_turns(session, sandbox, tasks, rollouts, samples_per_task, settings, se
         _score(rollout, sandbox)
 
 
-def _first_turn(session, tasks, rollouts, n, settings, seed, progress) -> None:
+def _first_turn(session, tasks, rollouts, n, settings, seed, progress, first_index) -> None:
     # All samples of a task share the first prompt: one prefill, n samples.
     per_chunk = max(1, SEQUENCES_PER_CALL // n)
     for start in range(0, len(tasks), per_chunk):
@@ -200,7 +212,8 @@ def _first_turn(session, tasks, rollouts, n, settings, seed, progress) -> None:
             for task in chunk
         ]
         started = time.monotonic()
-        completions, error = _sample(session, prompts, n, settings.sampling(seed + start))
+        streams = [sample_stream(task.task_id) for task in chunk]
+        completions, error = _sample(session, prompts, n, settings.sampling(seed, streams, first_index))
         elapsed = time.monotonic() - started
         for offset, task in enumerate(chunk):
             for index in range(n):
@@ -220,7 +233,8 @@ def _next_turn(session, active: list[Rollout], settings, seed, progress) -> None
     for start in range(0, len(active), SEQUENCES_PER_CALL):
         chunk = active[start : start + SEQUENCES_PER_CALL]
         started = time.monotonic()
-        completions, error = _sample(session, [r.token_ids for r in chunk], 1, settings.sampling(seed + start))
+        streams = [sample_stream(r.task.task_id, r.sample_index) for r in chunk]
+        completions, error = _sample(session, [r.token_ids for r in chunk], 1, settings.sampling(seed, streams))
         elapsed = time.monotonic() - started
         for index, rollout in enumerate(chunk):
             rollout.model_seconds += elapsed / len(chunk)

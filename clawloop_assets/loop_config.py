@@ -17,6 +17,9 @@ from training_jobs.configs import recipe_config
 class LoopConfig(dg.ConfigurableResource):
     candidates_per_round: int = 64
     rollouts_per_task: int = 8
+    # Validation rollouts in two waves: a task already too easy after the first
+    # gets no more (the same admissions as all N, fewer rollouts).
+    sequential_rollouts: bool = True
     admission_low: int = 1
     admission_high: int = 5
     heldout_fraction: float = 0.4

@@ -156,8 +156,9 @@ class TransformersPolicySession(PolicySession):
     @torch.inference_mode()
     def sample(self, prompts: Sequence[Sequence[int]], n: int, params: SamplingParams) -> list[list[Completion]]:
         """`n` samples per prompt. A sample's randomness depends only on the seed, its
-        prompt, which repeat of that prompt it is, and its index, never on what else
-        shares the batch: batching changes nothing but float rounding."""
+        prompt, its stream (`params.stream_ids`, else which repeat of that prompt
+        it is) and its index (from `params.first_index`), never on what else shares
+        the batch: batching changes nothing but float rounding."""
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
         if params.temperature <= 0:
@@ -170,15 +171,17 @@ class TransformersPolicySession(PolicySession):
 
         prefills = self._prefill_all(prompts)
 
+        if params.stream_ids and len(params.stream_ids) != len(prompts):
+            raise ValueError(f"stream_ids has {len(params.stream_ids)} ids for {len(prompts)} prompts")
         repeats: dict[tuple[int, ...], int] = defaultdict(int)
         groups: list[list[_Sequence]] = []
-        for prompt in prompts:
+        for position, prompt in enumerate(prompts):
             key = tuple(prompt)
-            occurrence = repeats[key]
+            stream = params.stream_ids[position] if params.stream_ids else repeats[key]
             repeats[key] += 1
             groups.append(
                 [
-                    _Sequence(prefills[key], _sample_generator(params.seed, prompt, occurrence, index))
+                    _Sequence(prefills[key], _sample_generator(params.seed, prompt, stream, params.first_index + index))
                     for index in range(n)
                 ]
             )

@@ -18,6 +18,13 @@ class SamplingParams:
     # Generation of a sample ends once its decoded text contains one of these.
     stop: tuple[str, ...] = ("```",)
     seed: int = 0
+    # Where a backend can seed each sample (the embedded one): one stream id per
+    # prompt, and the index of the first of its n samples. A sample then depends
+    # on (seed, stream id, index, prompt) alone, so samples 6-7 drawn in a later
+    # wave are those a single call for 8 would have drawn. Empty: streams by
+    # the prompt's position among identical prompts of the call.
+    stream_ids: tuple[int, ...] = ()
+    first_index: int = 0
 
 
 @dataclass(frozen=True)

@@ -45,3 +45,18 @@ def test_split_is_seeded_disjoint_and_stratified():
 def test_split_of_two_tasks_keeps_both_sides():
     split = split_tasks({"x": "a", "y": "b"}, 0.2, seed=0)
     assert sorted(split.values()) == ["heldout", "train"]
+
+
+def test_only_a_task_already_too_easy_is_final():
+    from clawloop_assets.admission import admission_is_final, sequential_waves
+
+    band = AdmissionBand()  # N = 8, [1, 5], at least 6 scored
+    assert sequential_waves(band) == [6, 2]
+    assert admission_is_final([1.0] * 6, band)
+    assert not admission_is_final([1.0] * 5 + [0.0], band)  # 5 or 7 of 8: still open
+    assert not admission_is_final([0.0] * 6, band)  # all failed so far: a pass may come
+    assert not admission_is_final([1.0] * 6 + [None, None], AdmissionBand(min_scored=8))
+    # Whatever the last rollouts, a final decision stands.
+    for tail in ([0.0, 0.0], [1.0, None], [None, None]):
+        assert decide_admission([1.0] * 6 + tail, band).decision == "too_easy"
+    assert sequential_waves(AdmissionBand(high=7)) == [8]
