@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benchmarks import sandbox_overhead, synthesis_throughput, training_steps
+from benchmarks import sandbox_overhead, sequential_rollouts, synthesis_throughput, training_steps
 
 RESULTS = Path(__file__).resolve().parent / "results.json"
 
@@ -21,6 +21,8 @@ def main() -> None:
         flush=True,
     )
     results.update(training_steps.measure())
+    print("validating 48 level-0 candidates with all 8 rollouts and in waves, on the embedded model", flush=True)
+    results.update(sequential_rollouts.measure())
     width = max(len(k) for k in results)
     for key, value in sorted(results.items()):
         print(f"{key:<{width}}  {value:.4g}")

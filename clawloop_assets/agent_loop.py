@@ -180,6 +180,42 @@ def run_rollouts(
     return rollouts
 
 
+def run_in_waves(
+    session: PolicySession,
+    sandbox: Sandbox,
+    tasks: Sequence[TaskBundle],
+    waves: Sequence[int],
+    settings: AgentSettings,
+    workdir: Path,
+    seed: int,
+    is_decided: Callable[[list[Rollout]], bool],
+    progress: Callable[[str], None] = lambda message: None,
+) -> list[Rollout]:
+    """Rollouts of every task in waves of sample indices (e.g. 6 then 2); after
+    a wave, a task for which `is_decided(its rollouts so far)` gets no more.
+    Streams are keyed by task and index, so the rollouts drawn are those one
+    call for all of them would have drawn."""
+    done: list[Rollout] = []
+    pending, first_index = list(tasks), 0
+    for size in waves:
+        if not pending:
+            break
+        done += run_rollouts(session, sandbox, pending, size, settings, workdir, seed, progress, first_index)
+        first_index += size
+        by_task: dict[str, list[Rollout]] = {}
+        for rollout in done:
+            by_task.setdefault(rollout.task.task_id, []).append(rollout)
+        pending = [t for t in pending if not is_decided(by_task[t.task_id])]
+        progress(f"{len(tasks) - len(pending)} of {len(tasks)} tasks decided after {first_index} rollouts each")
+    return done
+
+
+def judged_reward(rollout: Rollout) -> float | None:
+    """A rollout's reward for the admission decision; None when it was lost to
+    the infrastructure or saw the canary (not judged, never a failure)."""
+    return rollout.reward if rollout.status == "scored" and not rollout.canary_seen else None
+
+
 def _run_turns(session, sandbox, tasks, rollouts, samples_per_task, settings, seed, progress, first_index) -> None:
     for turn in range(settings.max_turns):
         active = [r for r in rollouts if not r.done]

@@ -10,7 +10,7 @@ import polars as pl
 
 from clawloop_assets.admission import admission_is_final, decide_admission, sequential_waves, split_tasks
 from clawloop_assets.agent_free_validation import validate_without_agent
-from clawloop_assets.agent_loop import rollout_row, run_rollouts
+from clawloop_assets.agent_loop import Rollout, judged_reward, rollout_row, run_in_waves, run_rollouts
 from clawloop_assets.assets.common import histogram_table, markdown_table, record_cost
 from clawloop_assets.assets.synthesis import candidate_tasks
 from clawloop_assets.cost import measure
@@ -58,46 +58,33 @@ def agent_free_validation(context: dg.AssetExecutionContext, warehouse: Warehous
 
 
 def collect_rollouts(context, warehouse, sandbox, policy: PolicyModel, ref: PolicyRef, task_ids, samples, phase, seed,
-                     loop: LoopConfig, is_decided: Callable[[pl.DataFrame], bool] | None = None):
+                     loop: LoopConfig, is_decided: Callable[[list[Rollout]], bool] | None = None):
     """Roll the policy out on tasks, store the rollouts of this phase, return
-    them. With `is_decided` (a task's rows so far -> nothing more can change
-    what they decide), the samples run in waves and a decided task gets no more."""
+    them. With `is_decided` (a task's rollouts so far -> nothing more can
+    change what they decide), the samples run in waves (`sequential_waves`)."""
     key = context.partition_key
     bundles = load_bundles(warehouse, key, task_ids)
     settings = loop.agent_settings()
-    waves = sequential_waves(loop.admission_band()) if is_decided else [samples]
     with measure(phase) as cost:
         session = policy.load(ref.path)
-        rows, pending, first_index = [], bundles, 0
         try:
-            for size in waves:
-                if not pending:
-                    break
-                rollouts = run_rollouts(session, sandbox, pending, size, settings, workdir(key, "rollouts", phase), seed,
-                                        progress=context.log.info, first_index=first_index)
-                rows += [rollout_row(r, round_key=key, phase=phase, checkpoint_id=ref.checkpoint_id,
-                                     temperature=settings.temperature) for r in rollouts]
-                first_index += size
-                if is_decided and first_index < samples:
-                    so_far = table_frame("rollouts", rows)
-                    pending = [b for b in pending if not is_decided(so_far.filter(pl.col("task_id") == b.task_id))]
-                    context.log.info(f"{len(bundles) - len(pending)} of {len(bundles)} tasks decided after "
-                                     f"{first_index} rollouts each")
+            directory = workdir(key, "rollouts", phase)
+            if is_decided is None:
+                rollouts = run_rollouts(session, sandbox, bundles, samples, settings, directory, seed,
+                                        progress=context.log.info)
+            else:
+                rollouts = run_in_waves(session, sandbox, bundles, sequential_waves(loop.admission_band()), settings,
+                                        directory, seed, is_decided, progress=context.log.info)
         finally:
             session.close()
+        rows = [rollout_row(r, round_key=key, phase=phase, checkpoint_id=ref.checkpoint_id, temperature=settings.temperature)
+                for r in rollouts]
         cost.rollouts = len(rows)
         cost.tokens = sum(r["generated_tokens"] for r in rows)
     frame = table_frame("rollouts", rows)
     warehouse.replace("rollouts", frame, {"round": key, "phase": phase})
     record_cost(warehouse, key, cost)
     return frame, cost
-
-
-def judged_rewards(group: pl.DataFrame) -> list[float | None]:
-    """A task's rewards for the admission decision: rollouts lost to
-    infrastructure or flagged by the canary are not judged (None)."""
-    return [r if s == "scored" and not c else None
-            for r, s, c in zip(group["reward"], group["status"], group["canary_seen"])]
 
 
 def rollout_metadata(rows: pl.DataFrame, cost, ref: PolicyRef) -> dict:
@@ -124,7 +111,7 @@ def validation_rollouts(context: dg.AssetExecutionContext, warehouse: Warehouse,
     task_ids = checked.filter(pl.col("passed"))["task_id"].to_list()
     ref = input_policy(warehouse, policy, key)
     band = loop.admission_band()
-    is_decided = (lambda rows: admission_is_final(judged_rewards(rows), band)) if loop.sequential_rollouts else None
+    is_decided = (lambda done: admission_is_final([judged_reward(r) for r in done], band)) if loop.sequential_rollouts else None
     rows, cost = collect_rollouts(context, warehouse, sandbox, policy, ref, task_ids, loop.rollouts_per_task,
                                   "validation", round_seed(key, "validation", loop), loop, is_decided)
     saved = len(task_ids) * loop.rollouts_per_task - rows.height
@@ -140,7 +127,10 @@ def admitted_tasks(context: dg.AssetExecutionContext, warehouse: Warehouse, loop
     rollouts = require_rows(warehouse, "rollouts", key, "validation_rollouts", phase="validation")
     rows = []
     for task_id, group in sorted(rollouts.group_by("task_id"), key=lambda kv: kv[0][0]):
-        decision = decide_admission(judged_rewards(group), band)
+        # Rollouts lost to infrastructure or flagged by the canary are not judged.
+        rewards = [r if s == "scored" and not c else None
+                   for r, s, c in zip(group["reward"], group["status"], group["canary_seen"])]
+        decision = decide_admission(rewards, band)
         rows.append({"round": key, "task_id": task_id[0], "pass_count": decision.pass_count,
                      "scored_rollouts": decision.scored_rollouts, "excluded_rollouts": decision.excluded_rollouts,
                      "admitted": decision.admitted, "decision": decision.decision})
