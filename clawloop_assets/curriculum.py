@@ -9,10 +9,12 @@ budget taught nothing. The controller here:
   the admission rate of its candidates over all rounds, older rounds weighing
   less (each round trains a new policy);
 - moves a capability's level by one only when the evidence is statistically
-  clear (a Wilson interval of the pass rate wholly above or below the band, or
-  a neighbouring level whose admission rate is clearly better), and hedges a
-  move to an untried level: half the capability's candidates stay where they
-  were, so a level that turns out too hard cannot sink the round;
+  clear (the pass rate's 95% Wilson interval wholly outside the inner half of
+  the band, after shifting it by the drift the policy showed between the last
+  two rounds, or a neighbouring level whose admission rate is clearly
+  better), and hedges a move up to an untried level: half the capability's
+  candidates stay where they were, so a level that turns out too hard cannot
+  sink the round;
 - splits the candidates to reach a target admission rate with the most even
   pool that reaches it, and never gives a capability less than `min_share` of
   them, so it cannot buy its admission rate by collapsing the pool;
