@@ -11,11 +11,11 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-import torch
 from kubernetes.client import ApiClient
-from transformers import LlamaConfig, LlamaForCausalLM
+from tiny_llama import make_tiny_checkpoint, make_trajectory
+from transformers import LlamaForCausalLM
 
-from clawloop_assets.checkpoints import verify_checkpoint, write_checkpoint
+from clawloop_assets.checkpoints import verify_checkpoint
 from resources.training_launcher import (
     DockerTrainingLauncher,
     K8sTrainingLauncher,
@@ -275,47 +275,18 @@ def trainer_image() -> str:
 
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory) -> Path:
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    model = LlamaForCausalLM(config)
-
-    def save(tmp: Path) -> None:
-        model.save_pretrained(tmp)
-        (tmp / "tokenizer_config.json").write_text('{"model_max_length": 64}')
-
-    return write_checkpoint(save, tmp_path_factory.mktemp("models") / "base", {"kind": "test"})
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("models") / "base")
 
 
 @pytest.fixture(scope="module")
 def grpo_examples(tiny_checkpoint, tmp_path_factory) -> Path:
-    """Two groups of four with mixed rewards; sampling log-probs from the base
-    itself at the recorded temperature, as the sampler would have recorded them."""
+    """Two groups of four with mixed rewards, sampling log-probs from the base itself."""
     model = LlamaForCausalLM.from_pretrained(tiny_checkpoint)
     path = tmp_path_factory.mktemp("data") / "trajectories.jsonl"
     with path.open("w") as f:
         for i, (group, reward) in enumerate([("g1", 1.0), ("g1", 0.0), ("g1", 0.0), ("g1", 1.0),
                                              ("g2", 0.0), ("g2", 1.0), ("g2", 0.0), ("g2", 0.0)]):  # fmt: skip
-            length = 12 + 2 * i
-            ids = torch.randint(1, VOCAB, (length,), generator=torch.Generator().manual_seed(i)).tolist()
-            quarter = length // 4
-            mask = [0] * quarter + [1] * quarter + [0] * quarter + [1] * (length - 3 * quarter)
-            with torch.no_grad():
-                logits = model(torch.tensor([ids])).logits[0, :-1] / 0.7
-            logprobs = torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids[1:])[:, None]).squeeze(-1)
-            record = {
-                "rollout_id": f"r{i}", "group_id": group, "reward": reward, "token_ids": ids, "action_mask": mask,
-                "sampling_logprobs": [0.0] + [lp if m else 0.0 for lp, m in zip(logprobs.tolist(), mask[1:])],
-                "temperature": 0.7,
-            }  # fmt: skip
-            f.write(json.dumps(record) + "\n")
+            f.write(json.dumps(make_trajectory(model, f"r{i}", group, reward, 12 + 2 * i, seed=i)) + "\n")
     return path
 
 
