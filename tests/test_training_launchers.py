@@ -26,7 +26,6 @@ from resources.training_launcher import (
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TRAINER_IMAGE = "clawloop/trainer:latest"
-VOCAB = 128
 
 
 def docker_engine_running() -> bool:
