@@ -15,7 +15,7 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Sequence
 
@@ -268,6 +268,13 @@ def own_writable_mounts(mounts: Sequence[Mount], uid: int, gid: int) -> None:
                 os.lchown(os.path.join(root, name), uid, gid)
 
 
+# Printed by the container before it runs the command. Docker reports its own
+# failures with exit code 125, but so does any command that exits 125 (GNU
+# `env` on a bad option does): the marker says the container started, so a 125
+# after it is the command's. It is stripped from the output.
+CONTAINER_STARTED = "\x1eclawloop-sandbox-started\x1e\n"
+
+
 class DockerSandbox(Sandbox):
     """One container per command from the harness image
     (`sandbox_images/harness`): no network, read-only root, a private bounded
@@ -324,7 +331,8 @@ class DockerSandbox(Sandbox):
             options = "" if mount.writable else ",readonly"
             # --mount, not -v: a missing source is an error, never silently created.
             args += ["--mount", f"type=bind,source={Path(mount.host).resolve()},target={mount.target}{options}"]
-        return args + ["--workdir", cwd, self.image, *argv]
+        announce = 'printf "%s" "$0"; exec "$@"'
+        return args + ["--workdir", cwd, self.image, "/bin/sh", "-c", announce, CONTAINER_STARTED, *argv]
 
     def run(
         self,
@@ -354,9 +362,12 @@ class DockerSandbox(Sandbox):
             subprocess.run([self._docker(), "rm", "--force", name], capture_output=True, timeout=60)
 
         result = _collect(proc, limits, kill=kill)
-        if result.exit_code == 125:
+        started = result.output.startswith(CONTAINER_STARTED)
+        if result.exit_code == 125 and not started:
             # Docker's own failure (daemon unreachable, bad mount, missing image), not the command's.
             raise SandboxError(f"docker failed to start the sandbox: {result.output.strip()[-2000:]}")
+        if started:
+            result = replace(result, output=result.output[len(CONTAINER_STARTED):])
         return result
 
 

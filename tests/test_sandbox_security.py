@@ -188,3 +188,12 @@ def test_a_disk_fill_stops_at_the_workspace_quota(run, tmp_path):
     assert (workspace / "link").is_symlink()
     assert not (workspace / "pipe").exists()  # a FIFO is not copied back (reading it would block)
     assert directory_bytes(workspace) <= 8 << 20
+
+
+def test_a_command_exiting_125_is_scored_as_its_own_exit(run, workspace):
+    # Docker reports its own failures as exit 125; GNU env exits 125 on a bad
+    # option. The command's 125 must come back as the command's, not as a
+    # sandbox failure, and the output must be the command's alone.
+    result = run(workspace, "echo before; env -f; echo after >&2; exit 125")
+    assert result.exit_code == 125
+    assert result.output.startswith("before\n") and "invalid option" in result.output
