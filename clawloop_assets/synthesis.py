@@ -16,7 +16,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from clawloop_assets.catalogs import GENERATORS_DIR, Capability, Domain
 from clawloop_assets.task_bundle import (
@@ -64,15 +64,19 @@ class CandidateBuild:
         return self.bundle_dir is not None
 
 
-def generator_spec(capability: Capability, domain: Domain, difficulty: int) -> GeneratorSpec:
-    """The spec of one capability family instantiated in one domain at one level."""
+def generator_spec(capability: Capability, domain: Domain, difficulty: int, knobs: Sequence[str] = ()) -> GeneratorSpec:
+    """The spec of one capability family instantiated in one domain at one
+    level, with the plan's generator knobs (none by default)."""
+    params = {"capability": capability.id, "track": capability.track, "difficulty": difficulty, "domain": domain.as_params()}
+    if knobs:
+        params["knobs"] = sorted(knobs)
     return GeneratorSpec(
         generator_id=f"{capability.id}.{domain.id}.L{difficulty}",
         capability=capability.id,
         domain=domain.id,
         difficulty=difficulty,
         track=capability.track,
-        params={"capability": capability.id, "track": capability.track, "difficulty": difficulty, "domain": domain.as_params()},
+        params=params,
     )
 
 

@@ -13,6 +13,7 @@ from clawloop_assets.curriculum import (
     decide_level,
     estimate_drift,
     first_plan,
+    generator_knobs,
     next_plan,
     wilson_interval,
 )
@@ -184,7 +185,7 @@ def test_round_two_plan_follows_round_one_evidence_and_report(clawloop_home):
     plans, tasks, admissions, failures = [], [], [], []
     for capability, count in passes.items():
         plans.append({"round": key, "capability_id": capability, "difficulty": 0, "weight": 1 / 3, "candidates": 4,
-                      "source_round": None, "reason": "round 1"})
+                      "source_round": None, "reason": "round 1", "knobs": []})
         for i in range(4):
             task_id = f"{key}.{capability}.{i}"
             tasks.append({"round": key, "task_id": task_id, "generator_id": f"{capability}.g", "capability_id": capability,
@@ -202,12 +203,29 @@ def test_round_two_plan_follows_round_one_evidence_and_report(clawloop_home):
         warehouse.replace(table, table_frame(table, rows), {"round": key})
 
     loop = LoopConfig(candidates_per_round=30)
-    levels, evidence, failure_share, drift = controller_inputs(warehouse, "round-0002", loop.controller_recency)
+    levels, evidence, failure_share, drift, causes = controller_inputs(warehouse, "round-0002", loop.controller_recency)
     assert levels == {"easy": 0, "band": 0, "hard": 0} and drift == 0.0
     assert evidence[("easy", 0)].pass_rate == 1.0 and evidence[("band", 0)].admitted == 4
     assert failure_share == {"easy": 0.0, "band": 0.0, "hard": 1.0}
-    plan = next_plan(list(passes), levels, evidence, failure_share, 30, loop.controller(), drift)
+    assert causes == {"hard": {"premature_termination": 4}}
+    plan = next_plan(list(passes), levels, evidence, failure_share, 30, loop.controller(), drift, causes)
     by = {(e.capability_id, e.difficulty): e for e in plan}
     assert ("easy", 1) in by and ("easy", 0) in by and "clearly above the band" in by[("easy", 1)].reason
     assert by[("band", 0)].candidates > by[("hard", 0)].candidates >= 2
     assert "100% of diagnosed failures" in by[("hard", 0)].reason
+    # The report's root cause turns the knob that targets it, for that capability only.
+    assert by[("hard", 0)].knobs == ("final_check",)
+    assert "knobs final_check (premature_termination 100%)" in by[("hard", 0)].reason
+    assert by[("band", 0)].knobs == () and by[("easy", 0)].knobs == ()
+
+
+def test_knobs_follow_the_dominant_root_causes():
+    knobs = generator_knobs({
+        "a": {"misread_task": 6, "computation_error": 3, "wrong_tool": 1},
+        "b": {"format_violation": 1},  # one failure is no pattern
+        "c": {"environment_error": 9},  # nothing a generator can change
+        "d": {"edit_error": 2, "wrong_tool": 2, "computation_error": 4},
+    })
+    assert knobs["a"][0] == ("inline_contract", "list_workspace_files")  # wrong_tool: 10%, below the share
+    assert knobs["d"][0] == ("inline_contract", "list_tools")
+    assert "b" not in knobs and "c" not in knobs

@@ -1,11 +1,16 @@
 import json
 
+import pytest
+
 from clawloop_assets.diagnosis import (
+    InvalidSummary,
     aggregate_patterns,
     classify_failure,
     extract_evidence,
+    parse_model_summary,
     render_report,
     summarize_failures,
+    summarize_with_model,
 )
 
 
@@ -49,3 +54,97 @@ def test_only_scored_failures_are_summarized_and_patterns_aggregate():
     report = render_report("round-0001", patterns, {"grouped_statistics": (1, 3)}, len(summaries))
     assert "computation_error" not in report or "wrote a deliverable with wrong content" in report
     assert "| grouped_statistics | 1 | 3 | 33.3% |" in report
+
+
+# --- Summaries by the loop model: schema, grounding, retries, the probe --------
+
+EVIDENCE = extract_evidence(rollout("x", ["cat data.csv > answer.txt", "echo 3 > answer.txt"], [0, 0], WRONG_VALUE))
+
+
+def reply(**fields):
+    value = {"failure_turn": 1, "failure_action": "echo 3 > answer.txt", "root_cause": "computation_error",
+             "missing_capability": "count the data rows instead of guessing a number"}
+    value.update(fields)
+    return json.dumps({k: v for k, v in value.items() if v is not None})
+
+
+def test_a_valid_model_summary_is_read_and_grounded():
+    parsed = parse_model_summary('{"failure_turn": ' + reply()[len('{"failure_turn": '):] + " trailing", EVIDENCE)
+    assert parsed["failure_turn"] == 1 and parsed["root_cause"] == "computation_error"
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("I think it failed", "no JSON object"),
+    ('{"failure_turn": 1, "failure_action": ', "not valid JSON"),
+    (reply(missing_capability=None), "keys must be exactly"),
+    (reply(failure_turn=5), "not a turn of this trajectory"),
+    (reply(failure_turn=True), "not a turn of this trajectory"),
+    (reply(failure_action="rm -rf /"), "not the command of turn 1"),
+    (reply(root_cause="bad_luck"), "not in the taxonomy"),
+    (reply(root_cause="premature_termination"), "but the deliverable exists"),
+    (reply(missing_capability="no"), "one sentence"),
+])
+def test_invalid_model_summaries_are_rejected_with_the_reason(text, reason):
+    with pytest.raises(InvalidSummary, match=reason):
+        parse_model_summary(text, EVIDENCE)
+
+
+def failures(n):
+    rollouts = [rollout(f"r{i}", ["cat data.csv > answer.txt", "echo 3 > answer.txt"], [0, 0], WRONG_VALUE) for i in range(n)]
+    return summarize_failures(rollouts, {"t1": "grouped_statistics"})
+
+
+def test_the_model_summary_replaces_the_rule_one_and_invalid_replies_are_retried():
+    calls = []
+
+    def summarizer(instructions, evidences, attempt):
+        calls.append((len(instructions), attempt))
+        # First attempt: every other reply is garbage; the retry is valid.
+        return [reply() if attempt or i % 2 == 0 else "garbage" for i in range(len(instructions))]
+
+    summaries, stats = summarize_with_model(failures(6), {"t1": "Count the rows."}, summarizer, "loop_model:ck1",
+                                            attempts=2, probe=2)
+    assert [s.produced_by for s in summaries] == ["loop_model:ck1"] * 6
+    assert summaries[0].missing_capability == "count the data rows instead of guessing a number"
+    assert calls == [(2, 0), (1, 1), (4, 0), (2, 1)]
+    assert stats.valid == 6 and stats.asked == 6 and not stats.probe_only
+
+
+def test_a_model_that_fails_the_probe_is_not_asked_again_and_the_rules_stand():
+    calls = []
+
+    def summarizer(instructions, evidences, attempt):
+        calls.append(len(instructions))
+        return ["{}"] * len(instructions)
+
+    before = failures(10)
+    summaries, stats = summarize_with_model(before, {"t1": "Count the rows."}, summarizer, "loop_model:ck1",
+                                            attempts=2, probe=4)
+    assert summaries == before and calls == [4, 4]
+    assert stats.probe_only and stats.valid == 0 and sum(stats.rejections.values()) == 8
+    report = render_report("round-0001", aggregate_patterns(summaries, "round-0001"), {}, len(summaries), stats)
+    assert "wrote no valid summary for the 4 failures of the probe" in report and "evidence rules wrote all 10" in report
+
+
+# --- Clustering by meaning, with the real sentence-embedding model -------------
+
+
+def test_patterns_within_a_cause_are_split_by_meaning():
+    from clawloop_assets.sentence_embeddings import embed
+
+    # Two ways of writing a wrong deliverable: the input copied instead of a
+    # count, and a count that is off. Same root cause, different meaning.
+    copied = [rollout(f"c{i}", [f"cat {name}_notes.txt > answer.txt"], [0],
+                      [{"name": "line count", "passed": False, "detail": f"answer.txt: '{name} PT-01{i}7 checked' is not a number"}])
+              for i, name in enumerate(["trap", "dock", "artifact"])]
+    off = [rollout(f"o{i}", [f"wc -l < {name}.csv > answer.txt"], [0],
+                   [{"name": "row count", "passed": False, "detail": f"answer.txt holds {n}, which is not the expected value"}])
+           for i, (name, n) in enumerate([("plots", 20), ("batches", 31)])]
+    summaries = summarize_failures(copied + off, {"t1": "grouped_statistics"})
+    assert {s.root_cause for s in summaries} == {"computation_error"}
+    assert len(aggregate_patterns(summaries, "round-0001")) == 1  # without embeddings: one per cause
+    patterns = aggregate_patterns(summaries, "round-0001", embed=embed)
+    assert [(p.count, sorted(p.example_rollout_ids)) for p in patterns] == [(3, ["c0", "c1", "c2"]), (2, ["o0", "o1"])]
+    assert patterns[0].pattern_id == "round-0001.grouped_statistics.computation_error.0"
+    assert "is not a number" in patterns[0].evidence and "FILE" in patterns[0].evidence
+    assert patterns[0].produced_by == "evidence_rules: 3"

@@ -21,6 +21,7 @@ from clawloop_assets.catalogs import (
     load_domain_catalog,
 )
 from clawloop_assets.curriculum import LEVELS
+from clawloop_assets.generators.generator_common import KNOBS, knob_text
 from clawloop_assets.synthesis import (
     GeneratorSpec,
     build_candidate,
@@ -44,8 +45,8 @@ def tree_digest(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def build(sandbox, tmp_path, capability, domain, level, seed, tasks="tasks"):
-    spec = generator_spec(CAPABILITIES[capability], domain, level)
+def build(sandbox, tmp_path, capability, domain, level, seed, tasks="tasks", knobs=()):
+    spec = generator_spec(CAPABILITIES[capability], domain, level, knobs)
     gen = write_generator(spec, tmp_path / "generators" / spec.generator_id)
     return build_candidate(sandbox, gen, spec, seed, ROUND, tmp_path / tasks)
 
@@ -97,6 +98,42 @@ def test_family_builds_and_passes_agent_free_validation(sandbox, tmp_path, capab
     result = validate_without_agent(sandbox, bundle, tmp_path / "scratch")
     assert result.passed, result.reason
     assert result.oracle_passed and result.untouched_failed and result.leak_free
+
+
+KNOB_CASES = [(capability, level) for capability in sorted(CAPABILITIES) for level in (0, 3)]
+
+
+@pytest.mark.parametrize("capability, level", KNOB_CASES, ids=[f"{c}-L{lv}" for c, lv in KNOB_CASES])
+def test_generator_knobs_change_the_instruction_and_keep_the_task_valid(sandbox, tmp_path, capability, level):
+    domain = DOMAINS[(level * 7 + len(capability)) % len(DOMAINS)]
+    plain = load_task_bundle(build(sandbox, tmp_path, capability, domain, level, 1).bundle_dir)
+    candidate = build(sandbox, tmp_path, capability, domain, level, 1, tasks="knobbed", knobs=KNOBS)
+    assert candidate.error is None, candidate.error
+    bundle = load_task_bundle(candidate.bundle_dir)
+    assert bundle.instruction.startswith(plain.instruction.strip())  # the task itself is unchanged
+    added = bundle.instruction[len(plain.instruction.strip()):]
+    deliverable = bundle.contract["deliverable"]
+    first_path = (deliverable.get("paths") or [deliverable["path"]])[0]
+    assert "Files in the workspace: " in added and "Tools you can use: " in added
+    assert f"Before you finish, check that {first_path}" in added and f"Write {first_path}" in added
+    workspace_files = sorted(p.relative_to(bundle.environment_dir).as_posix() for p in bundle.environment_dir.rglob("*")
+                             if p.is_file() and p.name != "CONTRACT.md")
+    listed = [name for name in workspace_files if name in added]
+    assert listed
+    assert json.loads((bundle.root / "meta.json").read_text())["knobs"] == sorted(KNOBS)
+    assert tree_digest(bundle.environment_dir) == tree_digest(plain.environment_dir)
+    result = validate_without_agent(sandbox, bundle, tmp_path / "scratch")
+    assert result.passed, result.reason
+
+
+def test_the_plan_and_the_generators_know_the_same_knobs():
+    from clawloop_assets.curriculum import KNOB_FOR_ROOT_CAUSE
+    from clawloop_assets.schemas import ROOT_CAUSES
+
+    assert set(KNOB_FOR_ROOT_CAUSE.values()) == set(KNOBS)
+    assert set(KNOB_FOR_ROOT_CAUSE) == set(ROOT_CAUSES) - {"environment_error"}  # nothing to change for that one
+    with pytest.raises(ValueError, match="unknown generator knobs"):
+        knob_text(["louder"], {}, {"deliverable": {"path": "a.txt", "schema": "x"}, "rules": []}, {})
 
 
 @pytest.mark.slow

@@ -87,12 +87,20 @@ def test_two_rounds_end_to_end(clawloop_home):
     for field in ["candidates", "candidates_by_capability", "rejections", "agent_free_passed", "rollouts", "admitted", "admission_rate", "train_tasks",
                   "heldout_tasks", "sft_examples", "grpo_groups", "train_pass_rate_before", "train_pass_rate_after",
                   "heldout_pass_rate_before",
-                  "heldout_pass_rate_after", "patterns", "seconds", "policy_checkpoint_id", "diagnosis_report_id"]:
+                  "heldout_pass_rate_after", "patterns", "seconds", "policy_checkpoint_id", "diagnosis_report_id",
+                  "mean_turns", "rollouts_per_admitted_task"]:
         assert field in summary, field
     assert summary["candidates"] == 24
     assert summary["admitted"] >= 1
     assert summary["rollouts"] == 8 * summary["agent_free_passed"]
     assert summary["admission_rate"] == pytest.approx(summary["admitted"] / 24, abs=1e-4)
+    assert summary["rollouts_per_admitted_task"] == pytest.approx(summary["rollouts"] / summary["admitted"], abs=1e-4)
+    assert summary["mean_turns"] is not None and summary["mean_turns"] >= 0
+    # The history over rounds rides on the round summary: a table and an inline plot.
+    [materialization] = first.asset_materializations_for_node("round_summary")
+    assert "round-0001" in materialization.metadata["rounds_table"].value
+    assert materialization.metadata["rounds_plot"].value.startswith("![rounds](data:image/png;base64,")
+    assert (clawloop_home / "rounds" / "round-0001" / "rounds_plot.png").read_bytes().startswith(b"\x89PNG")
     by_capability = summary["candidates_by_capability"]
     assert sum(c["candidates"] for c in by_capability.values()) == 24
     assert sum(c["admitted"] for c in by_capability.values()) == summary["admitted"]

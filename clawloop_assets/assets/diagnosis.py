@@ -7,7 +7,7 @@ from collections import Counter
 import dagster as dg
 import polars as pl
 
-from clawloop_assets import paths
+from clawloop_assets import paths, sentence_embeddings
 from clawloop_assets.assets.common import markdown_table, record_cost
 from clawloop_assets.assets.training import policy_checkpoint, training_gain
 from clawloop_assets.assets.validation import (
@@ -20,12 +20,16 @@ from clawloop_assets.cost import measure
 from clawloop_assets.diagnosis import (
     aggregate_patterns,
     render_report,
+    session_summarizer,
     summarize_failures,
+    summarize_with_model,
 )
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.partitions import round_partitions
+from clawloop_assets.round_history import history_metadata, round_history, validation_effort
 from clawloop_assets.round_state import (
     input_policy,
+    load_bundles,
     require_rows,
     round_policy,
     split_task_ids,
@@ -60,20 +64,35 @@ def diagnosis_rollouts(context: dg.AssetExecutionContext, warehouse: Warehouse, 
 
 
 @dg.asset(partitions_def=round_partitions, group_name=GROUP, deps=[diagnosis_rollouts])
-def diagnosis_report(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg.MaterializeResult:
-    """Failure summaries of the trained policy on E_k, aggregated into patterns."""
+def diagnosis_report(context: dg.AssetExecutionContext, warehouse: Warehouse, policy: PolicyModel,
+                     loop: LoopConfig) -> dg.MaterializeResult:
+    """Failure summaries of the trained policy on E_k (by the loop model where it
+    writes valid ones, else by the evidence rules), clustered into patterns."""
     key = context.partition_key
     with measure("diagnosis_report") as cost:
         rollouts = warehouse.read("rollouts", {"round": key, "phase": "heldout_after"})
         tasks = warehouse.read("tasks", {"round": key})
         capability_of = dict(zip(tasks["task_id"], tasks["capability_id"]))
         summaries = summarize_failures(rollouts.iter_rows(named=True), capability_of)
-        patterns = aggregate_patterns(summaries, key)
+        model_stats = None
+        if loop.model_failure_summaries and summaries:
+            ref = round_policy(warehouse, key, "policy")
+            bundles = load_bundles(warehouse, key, sorted({s.task_id for s in summaries}))
+            instructions = {b.task_id: b.instruction for b in bundles}
+            session = policy.load(ref.path)
+            try:
+                summaries, model_stats = summarize_with_model(
+                    summaries, instructions, session_summarizer(session, round_seed(key, "diagnosis", loop)),
+                    f"loop_model:{ref.checkpoint_id}", loop.summary_attempts, loop.summary_probe)
+            finally:
+                session.close()
+            context.log.info(f"loop model summaries: {model_stats.valid} valid of {model_stats.asked} asked")
+        patterns = aggregate_patterns(summaries, key, embed=sentence_embeddings.embed)
         scored = rollouts.filter(pl.col("status") == "scored").with_columns(
             capability_id=pl.col("task_id").replace_strict(capability_of))
         by_capability = {row["capability_id"]: (int(row["passed"]), int(row["total"])) for row in scored.group_by("capability_id").agg(
             passed=pl.col("reward").sum(), total=pl.len()).iter_rows(named=True)}
-        report = render_report(key, patterns, by_capability, len(summaries))
+        report = render_report(key, patterns, by_capability, len(summaries), model_stats)
     summary_rows = [{"round": key, **{k: v for k, v in s.__dict__.items() if k != "evidence"}, "evidence": json.dumps(s.evidence)}
                     for s in summaries]
     pattern_rows = [{"round": key, **p.__dict__} for p in patterns]
@@ -87,6 +106,7 @@ def diagnosis_report(context: dg.AssetExecutionContext, warehouse: Warehouse) ->
         "failures": len(summaries),
         "patterns": len(patterns),
         "root_causes": dict(Counter(s.root_cause for s in summaries)),
+        "summaries_by": dict(Counter(s.produced_by for s in summaries)),
         "report": dg.MetadataValue.md(report),
         "path": dg.MetadataValue.path(str(path)),
     })
@@ -120,6 +140,7 @@ def round_summary(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg
         "rollouts": int((rollouts["phase"] == "validation").sum()),
         "admitted": admitted,
         "admission_rate": round(admitted / tasks.height, 4) if tasks.height else 0.0,
+        **validation_effort(rollouts, admitted),
         "train_tasks": int((splits["split"] == "train").sum()),
         "heldout_tasks": int((splits["split"] == "heldout").sum()),
         "sft_examples": runs.get("sft", {}).get("examples", 0),
@@ -142,6 +163,8 @@ def round_summary(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg
     path = paths.round_dir(key) / "summary.json"
     path.write_text(json.dumps(summary, indent=2) + "\n")
     warehouse.replace("round_summaries", table_frame("round_summaries", [{"round": key, "summary": json.dumps(summary)}]), {"round": key})
+    # Read after the write above, so this round is in its own history.
+    history = round_history(warehouse, key)
     return dg.MaterializeResult(metadata={
         **{k: v for k, v in summary.items() if isinstance(v, (int, float, str)) and v is not None},
         "summary": dg.MetadataValue.json(summary),
@@ -149,6 +172,7 @@ def round_summary(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg
             (r["phase"], round(r["wall_seconds"], 1), round(r["cpu_seconds"], 1), r["rollouts"], r["tokens"])
             for r in ledger.iter_rows(named=True)]),
         "path": dg.MetadataValue.path(str(path)),
+        **history_metadata(history, paths.round_dir(key) / "rounds_plot.png"),
     })
 
 

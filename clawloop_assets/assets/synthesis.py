@@ -65,12 +65,12 @@ def synthesis_plan(context: dg.AssetExecutionContext, warehouse: Warehouse, loop
     if upstream is None:
         plan = curriculum.first_plan(capabilities, loop.candidates_per_round)
     else:
-        levels, evidence, failure_share, drift = controller_inputs(warehouse, key, loop.controller_recency)
+        levels, evidence, failure_share, drift, failure_causes = controller_inputs(warehouse, key, loop.controller_recency)
         plan = curriculum.next_plan(capabilities, levels, evidence, failure_share, loop.candidates_per_round,
-                                    loop.controller(), drift)
+                                    loop.controller(), drift, failure_causes)
     rows = [
         {"round": key, "capability_id": e.capability_id, "difficulty": e.difficulty, "weight": e.weight,
-         "candidates": e.candidates, "source_round": upstream, "reason": e.reason}
+         "candidates": e.candidates, "source_round": upstream, "reason": e.reason, "knobs": list(e.knobs)}
         for e in plan
     ]
     warehouse.replace("synthesis_plans", table_frame("synthesis_plans", rows), {"round": key})
@@ -78,8 +78,9 @@ def synthesis_plan(context: dg.AssetExecutionContext, warehouse: Warehouse, loop
         "upstream_round": upstream or "none (round 1 starts from the base curriculum)",
         "pass_rate_drift_logits": round(drift, 3),
         "target_admission_rate": loop.target_admission_rate,
-        "plan": markdown_table(["capability", "level", "weight", "candidates", "why"],
-                               [(e.capability_id, e.difficulty, f"{e.weight:.2f}", e.candidates, e.reason) for e in plan]),
+        "plan": markdown_table(["capability", "level", "weight", "candidates", "knobs", "why"],
+                               [(e.capability_id, e.difficulty, f"{e.weight:.2f}", e.candidates, ", ".join(e.knobs) or "-",
+                                 e.reason) for e in plan]),
     })
 
 
@@ -88,7 +89,8 @@ def controller_inputs(warehouse: Warehouse, round_key: str, recency: float):
     level last round, the evidence per (capability, level) of every round so
     far (validation pass counts and admissions, a round j rounds back weighing
     recency**j), each capability's share of last round's diagnosed failures,
-    and the drift of the pass rate between the last two rounds."""
+    the drift of the pass rate between the last two rounds, and the root
+    causes of each capability's diagnosed failures (counts)."""
     upstream = previous_round(round_key)
     if warehouse.read("round_summaries", {"round": upstream}).is_empty():
         raise MissingUpstreamError(f"{upstream} has not completed (no round_summary): finish it before planning the next round")
@@ -117,7 +119,10 @@ def controller_inputs(warehouse: Warehouse, round_key: str, recency: float):
     failures = max(summaries.height, 1)
     failure_share = {c: summaries.filter(pl.col("capability_id") == c).height / failures
                      for c in set(plan["capability_id"])}
-    return levels, evidence, failure_share, curriculum.estimate_drift(per_round)
+    failure_causes: dict[str, dict[str, int]] = {}
+    for row in summaries.group_by("capability_id", "root_cause").len().iter_rows(named=True):
+        failure_causes.setdefault(row["capability_id"], {})[row["root_cause"]] = row["len"]
+    return levels, evidence, failure_share, curriculum.estimate_drift(per_round), failure_causes
 
 
 def candidate_assignments(warehouse: Warehouse, round_key: str) -> list[tuple[GeneratorSpec, int]]:
@@ -132,7 +137,8 @@ def candidate_assignments(warehouse: Warehouse, round_key: str) -> list[tuple[Ge
         capability = capabilities[entry["capability_id"]]
         for j in range(entry["candidates"]):
             domain = domains[(number * 5 + j) % len(domains)]
-            assignments.append((generator_spec(capability, domain, entry["difficulty"]), number * 1000 + j))
+            assignments.append((generator_spec(capability, domain, entry["difficulty"], entry["knobs"] or ()),
+                                number * 1000 + j))
     return assignments
 
 

@@ -89,15 +89,63 @@ def write_task(out, task):
             handle.write(data if isinstance(data, bytes) else data.encode("utf-8"))
 
 
+# Generator knobs the plan may turn (curriculum.KNOB_FOR_ROOT_CAUSE is the
+# host's map from diagnosed root cause to knob).
+KNOBS = ("final_check", "inline_contract", "list_tools", "list_workspace_files")
+# What the sandbox's workspace offers, for the list_tools knob.
+STANDARD_TOOLS = "bash, coreutils (cat, head, tail, wc, sort, uniq, cut, mkdir, mv, cp), grep, sed, awk, python3, sqlite3"
+
+
+def _leaves(value):
+    if isinstance(value, dict):
+        return [leaf for item in value.items() for part in item for leaf in _leaves(part)]
+    if isinstance(value, (list, tuple)):
+        return [leaf for item in value for leaf in _leaves(item)]
+    return [str(value)]
+
+
+def knob_text(knobs, environment, contract, key):
+    """The paragraphs the plan's generator knobs add to the instruction (see
+    curriculum.KNOB_FOR_ROOT_CAUSE: each targets a diagnosed root cause)."""
+    deliverable = contract["deliverable"]
+    paths = deliverable.get("paths") or [deliverable["path"]]
+    shown = ", ".join(paths)
+    unknown = sorted(set(knobs) - set(KNOBS))
+    if unknown:
+        raise ValueError("unknown generator knobs %s; known: %s" % (unknown, list(KNOBS)))
+    out = []
+    if "list_workspace_files" in knobs:
+        # Names that hold an answer value (per-record files named by id) stay
+        # out of the instruction: the leakage audit would rightly reject it.
+        secrets = [value for value in _leaves(key) if len(value) >= 3]
+        files = sorted(name for name in environment if name != "CONTRACT.md")
+        shown_files = [name for name in files if not any(value in name for value in secrets)][:20]
+        more = " and %d more" % (len(files) - len(shown_files)) if len(files) > len(shown_files) else ""
+        out.append("Files in the workspace: %s%s." % (", ".join(shown_files) or "see ls", more))
+    if "inline_contract" in knobs:
+        rules = "".join("\n- " + rule for rule in contract["rules"])
+        out.append("Write %s (%s).%s" % (shown, deliverable["schema"], ("\nRules:" + rules) if rules else ""))
+    if "list_tools" in knobs:
+        out.append("Tools you can use: %s." % STANDARD_TOOLS)
+    if "final_check" in knobs:
+        out.append("Before you finish, check that %s exists and holds your answer." % shown)
+    return out
+
+
 def assemble(params, instruction, environment, contract, checks, key, solution, fmt):
     environment = dict(environment)
     environment["CONTRACT.md"] = render_contract(contract)
+    knobs = params.get("knobs") or []
+    instruction = "\n\n".join([instruction.strip()] + knob_text(knobs, environment, contract, key))
+    meta = {"track": params["track"], "format": fmt, "contract": contract}
+    if knobs:
+        meta["knobs"] = sorted(knobs)
     return {
-        "instruction": instruction.strip() + "\n",
+        "instruction": instruction + "\n",
         "environment": environment,
         "solution": "#!/bin/bash\nset -euo pipefail\n" + solution.strip() + "\n",
         "answer": {"key": key, "checks": checks},
-        "meta": {"track": params["track"], "format": fmt, "contract": contract},
+        "meta": meta,
     }
 
 

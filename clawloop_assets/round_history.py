@@ -1,0 +1,107 @@
+"""A run's rounds side by side: the figures tracked from round to round, read
+back from the round_summaries table, as a table and a plot for the round summary."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from pathlib import Path
+from typing import NamedTuple, Sequence
+
+import dagster as dg
+import polars as pl
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from clawloop_assets.assets.common import markdown_table
+from resources.warehouse import Warehouse
+
+
+class RoundFigures(NamedTuple):
+    round: str
+    admission_rate: float | None
+    mean_turns: float | None
+    rollouts_per_admitted_task: float | None
+    heldout_pass_rate_before: float | None
+    heldout_pass_rate_after: float | None
+
+
+FIGURES = RoundFigures._fields[1:]
+
+
+def validation_effort(rollouts: pl.DataFrame, admitted: int) -> dict[str, float | None]:
+    """What admission cost this round: the mean turns of the scored validation
+    rollouts, and the validation rollouts spent (whatever their status: an
+    infrastructure failure is spent too) per admitted task."""
+    validation = rollouts.filter(pl.col("phase") == "validation")
+    scored = validation.filter(pl.col("status") == "scored")
+    return {
+        "mean_turns": round(float(scored["turns"].mean()), 4) if scored.height else None,
+        "rollouts_per_admitted_task": round(validation.height / admitted, 4) if admitted else None,
+    }
+
+
+def round_history(warehouse: Warehouse, up_to: str) -> list[RoundFigures]:
+    """Every summarized round up to and including `up_to`, in order. Keys are
+    zero-padded ("round-0001"), so string order is round order."""
+    rows = warehouse.read("round_summaries").filter(pl.col("round") <= up_to).sort("round")
+    history = []
+    for row in rows.iter_rows(named=True):
+        summary = json.loads(row["summary"])
+        # Summaries written before a figure existed lack its key.
+        history.append(RoundFigures(row["round"], *(summary.get(name) for name in FIGURES)))
+    return history
+
+
+def history_table(history: Sequence[RoundFigures]) -> dg.MetadataValue:
+    headers = ["round", "admission rate", "mean turns", "rollouts / admitted", "held-out before", "held-out after"]
+    return markdown_table(headers, [["–" if v is None else v for v in row] for row in history])
+
+
+def render_plot(history: Sequence[RoundFigures], path: Path) -> bytes:
+    """The figures over rounds as a small PNG written to `path`; returns its bytes."""
+    x = [int(row.round.rsplit("-", 1)[1]) for row in history]
+
+    def series(name: str) -> list[float]:
+        return [float("nan") if getattr(row, name) is None else getattr(row, name) for row in history]
+
+    fig = Figure(figsize=(6, 4), dpi=80)
+    FigureCanvasAgg(fig)
+    rates, effort = fig.subplots(2, 1, sharex=True)
+    for name, label in [("admission_rate", "admission rate"), ("heldout_pass_rate_before", "held-out before"),
+                        ("heldout_pass_rate_after", "held-out after")]:
+        rates.plot(x, series(name), marker="o", label=label)
+    rates.set_ylim(0, 1)
+    rates.set_ylabel("rate")
+    rates.legend(fontsize="x-small", loc="upper left")
+    # Rollouts per admitted task runs to tens while mean turns stays near the
+    # turn limit, so each gets its own scale.
+    effort.plot(x, series("rollouts_per_admitted_task"), marker="o", color="tab:red", label="rollouts / admitted")
+    effort.set_ylabel("rollouts / admitted")
+    effort.set_ylim(bottom=0)
+    turns = effort.twinx()
+    turns.plot(x, series("mean_turns"), marker="s", color="tab:purple", label="mean turns")
+    turns.set_ylabel("mean turns")
+    turns.set_ylim(bottom=0)
+    effort.legend(handles=effort.get_lines() + turns.get_lines(), fontsize="x-small", loc="upper left")
+    effort.set_xlabel("round")
+    effort.xaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    png = buffer.getvalue()
+    path.write_bytes(png)
+    return png
+
+
+def history_metadata(history: Sequence[RoundFigures], plot_path: Path) -> dict[str, dg.MetadataValue]:
+    """The history for the UI: a table, and the plot inline (a data URI, so the
+    UI needs no image store) and on disk."""
+    png = render_plot(history, plot_path)
+    return {
+        "rounds_table": history_table(history),
+        "rounds_plot": dg.MetadataValue.md(f"![rounds](data:image/png;base64,{base64.b64encode(png).decode()})"),
+        "rounds_plot_path": dg.MetadataValue.path(str(plot_path)),
+    }

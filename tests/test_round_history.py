@@ -1,0 +1,93 @@
+import base64
+import json
+
+import pytest
+
+from clawloop_assets.round_history import (
+    RoundFigures,
+    history_metadata,
+    history_table,
+    round_history,
+    validation_effort,
+)
+from resources.warehouse import DuckDBWarehouse, table_frame
+
+SUMMARIES = {
+    # Written before mean turns and rollouts per admitted task were recorded.
+    "round-0001": {"admission_rate": 0.25, "heldout_pass_rate_before": 0.1, "heldout_pass_rate_after": 0.2},
+    "round-0002": {"admission_rate": 0.5, "mean_turns": 2.5, "rollouts_per_admitted_task": 16.0,
+                   "heldout_pass_rate_before": 0.2, "heldout_pass_rate_after": 0.35},
+    "round-0003": {"admission_rate": 0.125, "mean_turns": 3.0, "rollouts_per_admitted_task": 64.0,
+                   "heldout_pass_rate_before": None, "heldout_pass_rate_after": None},
+    # Past the round being summarized: not in its history.
+    "round-0004": {"admission_rate": 0.9, "mean_turns": 1.0, "rollouts_per_admitted_task": 8.0,
+                   "heldout_pass_rate_before": 0.5, "heldout_pass_rate_after": 0.6},
+}
+
+
+@pytest.fixture
+def warehouse(tmp_path):
+    warehouse = DuckDBWarehouse(path=str(tmp_path / "w.duckdb"))
+    for key in ["round-0003", "round-0001", "round-0004", "round-0002"]:  # written out of order
+        row = {"round": key, "summary": json.dumps({"round": key, "candidates": 8, **SUMMARIES[key]})}
+        warehouse.replace("round_summaries", table_frame("round_summaries", [row]), {"round": key})
+    return warehouse
+
+
+def test_history_is_every_round_up_to_the_current_one_in_order(warehouse):
+    assert round_history(warehouse, "round-0003") == [
+        RoundFigures("round-0001", 0.25, None, None, 0.1, 0.2),
+        RoundFigures("round-0002", 0.5, 2.5, 16.0, 0.2, 0.35),
+        RoundFigures("round-0003", 0.125, 3.0, 64.0, None, None),
+    ]
+    assert [row.round for row in round_history(warehouse, "round-0001")] == ["round-0001"]
+
+
+def test_history_table_has_a_row_per_round(warehouse):
+    table = history_table(round_history(warehouse, "round-0003")).value
+    lines = table.splitlines()
+    assert lines[0].startswith("| round | admission rate |")
+    assert lines[2:] == [
+        "| round-0001 | 0.25 | – | – | 0.1 | 0.2 |",
+        "| round-0002 | 0.5 | 2.5 | 16.0 | 0.2 | 0.35 |",
+        "| round-0003 | 0.125 | 3.0 | 64.0 | – | – |",
+    ]
+
+
+def test_plot_is_a_png_on_disk_and_inline(warehouse, tmp_path):
+    path = tmp_path / "rounds_plot.png"
+    metadata = history_metadata(round_history(warehouse, "round-0003"), path)
+    png = path.read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+    assert len(png) < 100_000  # small enough to ride in the event log
+    prefix = "![rounds](data:image/png;base64,"
+    inline = metadata["rounds_plot"].value
+    assert inline.startswith(prefix) and inline.endswith(")")
+    assert base64.b64decode(inline[len(prefix):-1]) == png
+    assert metadata["rounds_plot_path"].value == str(path)
+    assert "round-0002" in metadata["rounds_table"].value
+
+
+def test_a_single_round_with_no_figures_still_plots(tmp_path):
+    path = tmp_path / "rounds_plot.png"
+    history_metadata([RoundFigures("round-0001", 0.0, None, None, None, None)], path)
+    assert path.read_bytes().startswith(b"\x89PNG")
+
+
+def rollouts(*rows):
+    return table_frame("rollouts", [{"round": "round-0001", "rollout_id": f"r{i}", "phase": phase, "status": status,
+                                     "turns": turns} for i, (phase, status, turns) in enumerate(rows)])
+
+
+def test_validation_effort_counts_validation_rollouts_only():
+    frame = rollouts(
+        ("validation", "scored", 2), ("validation", "scored", 3), ("validation", "scored", 5),
+        ("validation", "sandbox_error", 9),  # spent, but its turns say nothing of the policy
+        ("heldout_after", "scored", 8), ("train_before", "scored", 8),
+    )
+    assert validation_effort(frame, admitted=3) == {"mean_turns": pytest.approx(10 / 3, abs=1e-4),
+                                                    "rollouts_per_admitted_task": pytest.approx(4 / 3, abs=1e-4)}
+    assert validation_effort(frame, admitted=0) == {"mean_turns": pytest.approx(10 / 3, abs=1e-4),
+                                                    "rollouts_per_admitted_task": None}
+    nothing_scored = rollouts(("validation", "policy_error", 0), ("heldout_before", "scored", 4))
+    assert validation_effort(nothing_scored, admitted=1) == {"mean_turns": None, "rollouts_per_admitted_task": 1.0}
