@@ -7,7 +7,7 @@ import os
 import dagster as dg
 
 from clawloop_assets import checks
-from clawloop_assets.assets import diagnosis, synthesis, training, validation
+from clawloop_assets.assets import diagnosis, domains, synthesis, training, validation
 from clawloop_assets.loop_config import LoopConfig
 from resources.embedded_policy import EmbeddedPolicyModel
 from resources.openai_policy import OpenAICompatiblePolicyModel
@@ -19,7 +19,7 @@ from resources.training_launcher import (
 )
 from resources.warehouse import DuckDBWarehouse
 
-round_assets = dg.load_assets_from_modules([synthesis, validation, training, diagnosis])
+round_assets = dg.load_assets_from_modules([synthesis, domains, validation, training, diagnosis])
 gate_checks = dg.load_asset_checks_from_modules([checks])
 
 round_job = dg.define_asset_job(

@@ -46,6 +46,40 @@ class Domains(_RoundTable):
     vocabulary: str  # the domain's catalog entry as JSON
 
 
+class DomainTools(_RoundTable):
+    """The tool nodes of each executable domain's tripartite graph (AST of tools.py)."""
+
+    domain_id: str
+    tool: str
+    description: str
+    parameters: str  # JSON: [{"name", "type", "required"}]
+    refuses: bool
+
+
+class DomainGraphEdges(_RoundTable):
+    """Edges of the tripartite graph: a tool consumes or produces a field, reads or writes a table."""
+
+    domain_id: str
+    kind: str = pa.Field(isin=["consumes", "produces", "reads", "writes"])
+    tool: str
+    node: str
+
+
+class DomainSkills(_RoundTable):
+    """Skills: tools clustered by affinity (the prior), or as a stated override
+    moved them, each materialized as a CLI script, a document and a capability
+    spec extracted from the script's code."""
+
+    domain_id: str
+    skill_id: str
+    tools: Annotated[pl.List, pl.Utf8()]
+    decision: str = pa.Field(isin=["accepted_prior", "overridden"])
+    reason: str
+    capability_spec: str  # JSON, from the generated script's AST
+    script_path: str
+    doc_path: str
+
+
 class SynthesisPlans(_RoundTable):
     """The plan a round's synthesis follows: how many candidates per capability
     at which difficulty, and why (which diagnosis moved it)."""
@@ -199,6 +233,9 @@ TABLES: dict[str, type[_RoundTable]] = {
     "capabilities": Capabilities,
     "domains": Domains,
     "synthesis_plans": SynthesisPlans,
+    "domain_tools": DomainTools,
+    "domain_graph_edges": DomainGraphEdges,
+    "domain_skills": DomainSkills,
     "generators": Generators,
     "tasks": Tasks,
     "agent_free_validations": AgentFreeValidations,

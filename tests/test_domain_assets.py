@@ -1,0 +1,93 @@
+"""The domain route's graph asset, materialized for real: every executable
+domain's tripartite graph and skills land in the warehouse and the UI, and a
+domain a user drops into $CLAWLOOP_HOME/domains joins them without code."""
+
+import json
+import shutil
+import sqlite3
+import subprocess
+import sys
+
+import dagster as dg
+import pytest
+
+from clawloop_assets.executable_domains import BUILTIN_DOMAINS_DIR, TOOL_CLI, DomainError, load_domains
+
+ROUND = "round-0001"
+
+
+def materialize(instance=None):
+    from clawloop_assets.assets.domains import domain_skill_graphs
+    from resources.warehouse import DuckDBWarehouse
+
+    instance = instance or dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("rounds", [ROUND])
+    return dg.materialize([domain_skill_graphs], partition_key=ROUND, instance=instance,
+                          resources={"warehouse": DuckDBWarehouse()})
+
+
+def test_every_domain_graph_and_skill_lands_in_the_warehouse(clawloop_home):
+    from resources.warehouse import DuckDBWarehouse
+
+    result = materialize()
+    assert result.success
+    warehouse = DuckDBWarehouse()
+    tools = warehouse.read("domain_tools", {"round": ROUND})
+    edges = warehouse.read("domain_graph_edges", {"round": ROUND})
+    skills = warehouse.read("domain_skills", {"round": ROUND})
+    domains = {"order_management", "warehouse_load_planning", "database_administration"}
+    assert set(tools["domain_id"]) == set(edges["domain_id"]) == set(skills["domain_id"]) == domains
+    # Every tool sits in exactly one skill of its domain.
+    for domain in domains:
+        own = set(tools.filter(tools["domain_id"] == domain)["tool"])
+        grouped = [t for row in skills.filter(skills["domain_id"] == domain)["tools"].to_list() for t in row]
+        assert sorted(grouped) == sorted(own)
+    # The graph has all four edge kinds, and a producer-consumer link in each domain.
+    assert set(edges["kind"]) == {"consumes", "produces", "reads", "writes"}
+    for domain in domains:
+        mine = edges.filter(edges["domain_id"] == domain)
+        produced = set(mine.filter(mine["kind"] == "produces")["node"])
+        consumed = set(mine.filter(mine["kind"] == "consumes")["node"])
+        assert produced & consumed, domain
+    # Each skill's spec was read from its script, and the script runs.
+    row = skills.row(0, named=True)
+    spec = json.loads(row["capability_spec"])
+    assert set(spec["tools"]) == set(row["tools"]) and row["decision"] == "accepted_prior"
+    completed = subprocess.run([sys.executable, row["script_path"], "--help"], capture_output=True, text=True)
+    assert completed.returncode == 0, completed.stderr
+    assert all(tool in completed.stdout for tool in row["tools"])
+    metadata = result.asset_materializations_for_node("domain_skill_graphs")[0].metadata
+    assert metadata["domains"].value == 3 and "Order management" in metadata["graphs"].value
+
+
+def test_a_user_domain_joins_without_code_and_a_broken_one_is_named(clawloop_home):
+    user = clawloop_home / "domains" / "parcel_lockers"
+    shutil.copytree(BUILTIN_DOMAINS_DIR / "order_management", user)
+    meta = json.loads((user / "domain.json").read_text())
+    (user / "domain.json").write_text(json.dumps({**meta, "id": "parcel_lockers", "title": "Parcel lockers"}))
+    assert "parcel_lockers" in {d.id for d in load_domains()}
+    assert materialize().success
+    (user / "tools.py").unlink()
+    with pytest.raises(DomainError, match="parcel_lockers: missing tools.py"):
+        load_domains()
+
+
+def test_the_tool_runtime_tells_a_crash_from_a_refusal(tmp_path):
+    shutil.copy(TOOL_CLI, tmp_path / "tool_cli.py")
+    (tmp_path / "tools.py").write_text(
+        "from tool_cli import ToolError\n\n\n"
+        "def refuse(db, why: str) -> dict:\n    raise ToolError(why)\n\n\n"
+        "def crash(db, flag: bool) -> dict:\n    return {'x': 1 / 0}\n\n\n"
+        "if __name__ == '__main__':\n    from tool_cli import main\n    main(globals())\n")
+
+    def run(*args):
+        return subprocess.run([sys.executable, "tools.py", *args], cwd=tmp_path, capture_output=True, text=True)
+
+    missing = run("refuse", "--why", "no")
+    assert missing.returncode == 1 and "no database at domain.db" in missing.stdout
+    assert not (tmp_path / "domain.db").exists()  # not created as a side effect
+    sqlite3.connect(tmp_path / "domain.db").close()
+    assert run("refuse", "--why", "no").returncode == 1
+    crashed = run("crash", "--flag", "true")
+    assert crashed.returncode == 3 and "ZeroDivisionError" in crashed.stdout
+    assert run("crash", "--flag", "ture").returncode == 2  # not silently false
