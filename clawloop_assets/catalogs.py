@@ -140,6 +140,33 @@ def load_capability_catalog(path: Path = CAPABILITY_CATALOG_PATH) -> list[Capabi
     return capabilities
 
 
+# The two synthesis routes. The capability route instantiates every catalog
+# capability in the surface domains above; the domain-grounded route starts
+# from an executable domain (executable_domains.py) and is planned as one
+# capability of its own, so the controller tracks its levels like any other.
+ROUTES = ("capability", "domain")
+DOMAIN_WORKFLOW = Capability(
+    id="domain_workflow",
+    track="terminal",
+    description="Bring an executable domain's database to a stated end state through its command-line tools: "
+                "find the calls, feed one call's output into the next, recover from refusals, follow house rules.",
+    skills=("read tool schemas", "chain outputs into inputs", "recover from a refusal", "apply house rules"),
+)
+
+
+def route_of(capability_id: str) -> str:
+    return "domain" if capability_id == DOMAIN_WORKFLOW.id else "capability"
+
+
+def round_capabilities(routes) -> list[Capability]:
+    """The capabilities a round plans for, given the routes switched on."""
+    unknown = sorted(set(routes) - set(ROUTES))
+    if unknown or not routes:
+        raise ValueError(f"synthesis routes must be a non-empty subset of {list(ROUTES)}, got {list(routes)}")
+    out = load_capability_catalog() if "capability" in routes else []
+    return out + ([DOMAIN_WORKFLOW] if "domain" in routes else [])
+
+
 def load_domain_catalog(path: Path = DOMAIN_CATALOG_PATH) -> list[Domain]:
     domains = []
     for index, entry in enumerate(_load_entries(path, "domains")):

@@ -10,6 +10,7 @@ from pydantic import model_validator
 
 from clawloop_assets.admission import AdmissionBand
 from clawloop_assets.agent_loop import AgentSettings
+from clawloop_assets.catalogs import round_capabilities
 from clawloop_assets.curriculum import Controller
 from training_jobs.configs import recipe_config
 
@@ -39,6 +40,9 @@ class LoopConfig(dg.ConfigurableResource):
     # model cannot, so the built-in families are the default.
     generator_source: Literal["builtin", "model"] = "builtin"
     generator_max_tokens: int = 4096
+    # The synthesis routes a round draws from (the ablation switch): the
+    # capability route, the domain-grounded route, or both.
+    synthesis_routes: list[str] = ["capability", "domain"]
     # The closed-loop difficulty controller (clawloop_assets/curriculum.py).
     target_admission_rate: float = 0.7
     min_capability_share: float = 0.05
@@ -67,6 +71,7 @@ class LoopConfig(dg.ConfigurableResource):
     @model_validator(mode="after")
     def _check(self) -> "LoopConfig":
         self.admission_band()  # raises with the band's own message
+        round_capabilities(self.synthesis_routes)  # raises naming the routes it knows
         if not 0 < self.heldout_fraction < 1:
             raise ValueError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
         if self.max_turns < 1 or self.heldout_samples < 1 or self.candidates_per_round < 1:

@@ -38,6 +38,7 @@ class Capabilities(_RoundTable):
     track: str = pa.Field(isin=["analysis", "terminal"])
     description: str
     skills: Annotated[pl.List, pl.Utf8()]
+    route: str = pa.Field(isin=["capability", "domain"])  # the synthesis route its tasks come from
 
 
 class Domains(_RoundTable):

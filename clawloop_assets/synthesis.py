@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from clawloop_assets.catalogs import GENERATORS_DIR, Capability, Domain
+from clawloop_assets.executable_domains import ExecutableDomain
 from clawloop_assets.task_bundle import (
     TaskBundleError,
     load_task_bundle,
@@ -46,6 +47,8 @@ class GeneratorSpec:
     difficulty: int
     track: str
     params: dict[str, Any] = field(default_factory=dict)  # written to params.json for the script
+    # More files the script needs beside it: (name, source path).
+    files: tuple[tuple[str, str], ...] = ()
 
     @property
     def script_name(self) -> str:
@@ -80,6 +83,30 @@ def generator_spec(capability: Capability, domain: Domain, difficulty: int, knob
     )
 
 
+def domain_generator_spec(capability: Capability, domain: ExecutableDomain, difficulty: int,
+                          knobs: Sequence[str] = ()) -> GeneratorSpec:
+    """The domain route's generator for one executable domain at one level: the
+    domain_workflow family with the domain's files beside it and its tool
+    graph (read by AST here, on the host) in params.json."""
+    from clawloop_assets import domain_graph, task_graphs
+    from clawloop_assets.executable_domains import TOOL_CLI
+
+    graph = domain_graph.extract_graph(domain.id, domain.tools_source, str(domain.path("tools.py")))
+    params = {
+        "capability": capability.id, "track": capability.track, "difficulty": difficulty,
+        "domain": {"id": domain.id, "title": domain.title, "business_keys": domain.business_keys},
+        "graph": {"tools": [{"name": t.name, "description": t.description, "params": [p.__dict__ for p in t.params],
+                             "returns": list(t.returns), "reads": list(t.reads), "writes": list(t.writes),
+                             "refuses": t.refuses} for t in graph.tools]},
+    }
+    if knobs:
+        params["knobs"] = sorted(knobs)
+    files = tuple((name, str(domain.path(name))) for name in ("schema.sql", "seed.py", "tools.py"))
+    files += (("tool_cli.py", str(TOOL_CLI)), ("task_graphs.py", task_graphs.__file__))
+    return GeneratorSpec(f"{capability.id}.{domain.id}.L{difficulty}", capability.id, domain.id, difficulty,
+                         capability.track, params, files)
+
+
 def write_generator(spec: GeneratorSpec, directory: Path, script: Path | None = None) -> Path:
     """Writes the generator program into `directory`: the family script, the
     shared module it imports (generator_common.py) and params.json. `script`
@@ -93,6 +120,8 @@ def write_generator(spec: GeneratorSpec, directory: Path, script: Path | None = 
         raise FileNotFoundError(f"no generator family script at {source}")
     shutil.copyfile(source, directory / spec.script_name)
     shutil.copyfile(GENERATOR_COMMON, directory / GENERATOR_COMMON.name)
+    for name, source_path in spec.files:
+        shutil.copyfile(source_path, directory / name)
     (directory / "params.json").write_text(json.dumps(spec.params, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     # The sandbox runs as an unprivileged uid and reads this directory read-only.
     os.chmod(directory, 0o755)

@@ -88,7 +88,7 @@ def test_two_rounds_end_to_end(clawloop_home):
                   "heldout_tasks", "sft_examples", "grpo_groups", "train_pass_rate_before", "train_pass_rate_after",
                   "heldout_pass_rate_before",
                   "heldout_pass_rate_after", "patterns", "seconds", "policy_checkpoint_id", "diagnosis_report_id",
-                  "mean_turns", "rollouts_per_admitted_task"]:
+                  "mean_turns", "rollouts_per_admitted_task", "candidates_by_route"]:
         assert field in summary, field
     assert summary["candidates"] == 24
     assert summary["admitted"] >= 1
@@ -105,6 +105,12 @@ def test_two_rounds_end_to_end(clawloop_home):
     assert sum(c["candidates"] for c in by_capability.values()) == 24
     assert sum(c["admitted"] for c in by_capability.values()) == summary["admitted"]
     assert sum(summary["rejections"].values()) == 24 - summary["agent_free_passed"]
+    # Both synthesis routes drew candidates; the route figures add up to the round's.
+    by_route = summary["candidates_by_route"]
+    assert set(by_route) == {"capability", "domain"} and by_route["domain"]["candidates"] >= 1
+    assert sum(r["candidates"] for r in by_route.values()) == 24
+    assert sum(r["admitted"] for r in by_route.values()) == summary["admitted"]
+    assert by_route["domain"]["candidates"] == by_capability["domain_workflow"]["candidates"]
 
     # T_k before and after training: the same tasks, the same seeds, both policies.
     train_tasks = summary["train_tasks"]

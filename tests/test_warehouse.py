@@ -35,7 +35,8 @@ def test_reading_a_table_never_written_gives_typed_empty_frame(tmp_path):
 
 def test_list_columns_round_trip(tmp_path):
     warehouse = DuckDBWarehouse(path=str(tmp_path / "w.duckdb"))
-    row = {"round": "round-0001", "capability_id": "c", "track": "analysis", "description": "d", "skills": ["x", "y"]}
+    row = {"round": "round-0001", "capability_id": "c", "track": "analysis", "description": "d", "skills": ["x", "y"],
+           "route": "capability"}
     warehouse.replace("capabilities", table_frame("capabilities", [row]), {"round": "round-0001"})
     assert warehouse.read("capabilities")["skills"].to_list() == [["x", "y"]]
 

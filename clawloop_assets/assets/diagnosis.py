@@ -7,7 +7,7 @@ from collections import Counter
 import dagster as dg
 import polars as pl
 
-from clawloop_assets import paths, sentence_embeddings
+from clawloop_assets import catalogs, paths, sentence_embeddings
 from clawloop_assets.assets.common import markdown_table, record_cost
 from clawloop_assets.assets.training import policy_checkpoint, training_gain
 from clawloop_assets.assets.validation import (
@@ -146,6 +146,7 @@ def round_summary(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg
         "sft_examples": runs.get("sft", {}).get("examples", 0),
         "grpo_groups": _grpo_groups(runs),
         "candidates_by_capability": _candidates_by_capability(tasks, checks, admissions),
+        "candidates_by_route": _candidates_by_route(tasks, checks, admissions, rollouts),
         "rejections": _rejections(tasks, checks),
         "train_pass_rate_before": _pass_rate(rollouts, "train_before"),
         "train_pass_rate_after": _pass_rate(rollouts, "train_after"),
@@ -187,6 +188,26 @@ def _candidates_by_capability(tasks: pl.DataFrame, checks: pl.DataFrame, admissi
         counts["built"] += row["build_status"] == "built"
         counts["agent_free_passed"] += row["task_id"] in passed
         counts["admitted"] += row["task_id"] in admitted
+    return dict(sorted(out.items()))
+
+
+def _candidates_by_route(tasks: pl.DataFrame, checks: pl.DataFrame, admissions: pl.DataFrame,
+                         rollouts: pl.DataFrame) -> dict:
+    """Per synthesis route (the ablation's unit): candidates, agent-free
+    passes, admitted tasks and the held-out pass rate before and after training."""
+    by_capability = _candidates_by_capability(tasks, checks, admissions)
+    route_of_task = {t: catalogs.route_of(c) for t, c in zip(tasks["task_id"], tasks["capability_id"])}
+    out = {}
+    for capability, counts in by_capability.items():
+        route = out.setdefault(catalogs.route_of(capability), {"candidates": 0, "agent_free_passed": 0, "admitted": 0})
+        for name in route:
+            route[name] += counts[name]
+    scored = rollouts.filter(pl.col("status") == "scored").with_columns(
+        route=pl.col("task_id").replace_strict(route_of_task, default=None))
+    for name, route in out.items():
+        for phase in ("heldout_before", "heldout_after"):
+            mine = scored.filter((pl.col("route") == name) & (pl.col("phase") == phase))
+            route[phase.replace("heldout", "heldout_pass_rate")] = round(float(mine["reward"].mean()), 4) if mine.height else None
     return dict(sorted(out.items()))
 
 

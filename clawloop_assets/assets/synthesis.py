@@ -9,6 +9,7 @@ import polars as pl
 from clawloop_assets import catalogs, curriculum
 from clawloop_assets.assets.common import markdown_table, record_cost
 from clawloop_assets.cost import measure
+from clawloop_assets.executable_domains import load_domains
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.model_generators import GeneratorReplyError, generator_prompt, write_model_generator
 from clawloop_assets.partitions import previous_round, round_number, round_partitions
@@ -18,6 +19,7 @@ from clawloop_assets.synthesis import (
     CandidateBuild,
     GeneratorSpec,
     build_candidate,
+    domain_generator_spec,
     generator_spec,
     task_id_for,
     write_generator,
@@ -30,17 +32,20 @@ GROUP = "synthesis"
 
 
 @dg.asset(partitions_def=round_partitions, group_name=GROUP)
-def capability_catalog(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg.MaterializeResult:
-    """The capabilities this round's tasks exercise."""
+def capability_catalog(context: dg.AssetExecutionContext, warehouse: Warehouse, loop: LoopConfig) -> dg.MaterializeResult:
+    """The capabilities this round's tasks exercise, from the synthesis routes
+    switched on (`loop.synthesis_routes`: the ablation switch)."""
     rows = [
         {"round": context.partition_key, "capability_id": c.id, "track": c.track,
-         "description": c.description, "skills": list(c.skills)}
-        for c in catalogs.load_capability_catalog()
+         "description": c.description, "skills": list(c.skills), "route": catalogs.route_of(c.id)}
+        for c in catalogs.round_capabilities(loop.synthesis_routes)
     ]
     warehouse.replace("capabilities", table_frame("capabilities", rows), {"round": context.partition_key})
     return dg.MaterializeResult(metadata={
         "capabilities": len(rows),
-        "catalog": markdown_table(["capability", "track", "description"], [(r["capability_id"], r["track"], r["description"]) for r in rows]),
+        "routes": ", ".join(loop.synthesis_routes),
+        "catalog": markdown_table(["capability", "route", "track", "description"],
+                                  [(r["capability_id"], r["route"], r["track"], r["description"]) for r in rows]),
     })
 
 
@@ -129,16 +134,19 @@ def candidate_assignments(warehouse: Warehouse, round_key: str) -> list[tuple[Ge
     """(generator, seed) for every candidate of the plan: capabilities rotate
     through the domains, offset by round so each round sees other domains first."""
     plan = require_rows(warehouse, "synthesis_plans", round_key, "synthesis_plan")
-    capabilities = {c.id: c for c in catalogs.load_capability_catalog()}
+    capabilities = {c.id: c for c in catalogs.round_capabilities(catalogs.ROUTES)}
     domains = catalogs.load_domain_catalog()
+    executable = load_domains() if catalogs.DOMAIN_WORKFLOW.id in set(plan["capability_id"]) else []
     number = round_number(round_key)
     assignments = []
     for entry in plan.sort("capability_id").iter_rows(named=True):
-        capability = capabilities[entry["capability_id"]]
+        capability, knobs = capabilities[entry["capability_id"]], entry["knobs"] or ()
         for j in range(entry["candidates"]):
-            domain = domains[(number * 5 + j) % len(domains)]
-            assignments.append((generator_spec(capability, domain, entry["difficulty"], entry["knobs"] or ()),
-                                number * 1000 + j))
+            if catalogs.route_of(capability.id) == "domain":
+                spec = domain_generator_spec(capability, executable[(number + j) % len(executable)], entry["difficulty"], knobs)
+            else:
+                spec = generator_spec(capability, domains[(number * 5 + j) % len(domains)], entry["difficulty"], knobs)
+            assignments.append((spec, number * 1000 + j))
     return assignments
 
 
@@ -159,14 +167,15 @@ def task_generators(context: dg.AssetExecutionContext, warehouse: Warehouse, loo
         if directory.exists():
             shutil.rmtree(directory)
         reason = None
-        if writer is None:
+        builtin = writer is None or catalogs.route_of(spec.capability) == "domain"  # the domain route's family is built in
+        if builtin:
             write_generator(spec, directory)
         else:
             reason = writer(spec, directory)
             context.log.info(f"generator {i + 1}/{len(specs)} {spec.generator_id}: {reason or 'written'}")
         rows.append({"round": key, "generator_id": spec.generator_id, "capability_id": spec.capability,
                      "domain_id": spec.domain, "difficulty": spec.difficulty, "track": spec.track,
-                     "source": loop.generator_source, "status": "rejected" if reason else "written",
+                     "source": "builtin" if builtin else "model", "status": "rejected" if reason else "written",
                      "reason": reason, "path": None if reason else str(directory)})
     warehouse.replace("generators", table_frame("generators", rows), {"round": key})
     rejected = [r for r in rows if r["status"] == "rejected"]
