@@ -35,11 +35,10 @@ def setup() -> None:
 
 def next_round_key() -> str:
     """The round after the last completed one; an unfinished round is rerun."""
-    from clawloop_assets.partitions import round_key, round_number
+    from clawloop_assets.partitions import round_after
     from resources.warehouse import DuckDBWarehouse
 
-    done = DuckDBWarehouse().read("round_summaries")["round"].to_list()
-    return round_key(max((round_number(k) for k in done), default=0) + 1)
+    return round_after(DuckDBWarehouse().read("round_summaries")["round"].to_list())
 
 
 def why_stopped(result) -> str:
@@ -141,12 +140,24 @@ def main(argv: list[str] | None = None) -> None:
     transfer.add_argument("--base-checkpoint", type=Path, help="a verified checkpoint; default: the embedded base model")
     transfer.add_argument("--out", type=Path, required=True)
     transfer.add_argument("--samples", type=int, default=8, help="rollouts per task (the GRPO group size)")
+    lineage_parser = commands.add_parser("lineage", help="print the chain pattern -> failure summaries -> trajectories -> "
+                                                         "tasks -> generators -> capability -> domain through an id")
+    lineage_parser.add_argument("id", help="a pattern, failure summary, trajectory (rollout), task or generator id "
+                                           "(a generator id repeats each round: qualify it as round-000N.<id>)")
     args = parser.parse_args(argv)
     if args.command == "export-pool":
         from clawloop_assets.transfer import export_pool
         from resources.warehouse import DuckDBWarehouse
 
         print(f"pool: {export_pool(DuckDBWarehouse(), args.round, args.out)}")
+    elif args.command == "lineage":
+        from clawloop_assets.lineage import LineageError, lineage, render_text
+        from resources.warehouse import DuckDBWarehouse
+
+        try:
+            print(render_text(lineage(DuckDBWarehouse(), args.id)), end="")
+        except LineageError as exc:
+            raise SystemExit(f"clawloop lineage: {exc}") from None
     elif args.command == "transfer":
         transfer_to_base(args.pool, args.base_checkpoint, args.out, args.samples)
     elif args.command == "setup":

@@ -9,6 +9,7 @@ import dagster as dg
 from clawloop_assets import checks
 from clawloop_assets.assets import diagnosis, domains, synthesis, training, validation
 from clawloop_assets.loop_config import LoopConfig
+from clawloop_assets.schedules import nightly_round_schedule
 from resources.embedded_policy import EmbeddedPolicyModel
 from resources.openai_policy import OpenAICompatiblePolicyModel
 from resources.sandbox import BubblewrapSandbox, DockerSandbox
@@ -63,6 +64,7 @@ defs = dg.Definitions(
     assets=round_assets,
     asset_checks=gate_checks,
     jobs=[round_job],
+    schedules=[nightly_round_schedule(os.environ.get("CLAWLOOP_PROFILE", "laptop"))],
     resources=resources_for(os.environ.get("CLAWLOOP_PROFILE", "laptop")),
     # DuckDB takes one writer process: run a round's steps in one process.
     executor=dg.in_process_executor,

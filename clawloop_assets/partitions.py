@@ -24,6 +24,11 @@ def round_number(key: str) -> int:
     return int(match.group(1))
 
 
+def round_after(keys) -> str:
+    """The round after the highest of these round keys; round-0001 for none."""
+    return round_key(max((round_number(k) for k in keys), default=0) + 1)
+
+
 def previous_round(key: str) -> str | None:
     """Round k-1's key, or None for round 1 (which starts from the base model)."""
     number = round_number(key)

@@ -24,6 +24,7 @@ from clawloop_assets.diagnosis import (
     summarize_failures,
     summarize_with_model,
 )
+from clawloop_assets.lineage import pattern_lineage_table
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.partitions import round_partitions
 from clawloop_assets.round_history import history_metadata, round_history, validation_effort
@@ -108,6 +109,8 @@ def diagnosis_report(context: dg.AssetExecutionContext, warehouse: Warehouse, po
         "root_causes": dict(Counter(s.root_cause for s in summaries)),
         "summaries_by": dict(Counter(s.produced_by for s in summaries)),
         "report": dg.MetadataValue.md(report),
+        # Each pattern -> its summaries, trajectories, tasks, generators, capability and domains (joined on ids).
+        "lineage": dg.MetadataValue.md(pattern_lineage_table(warehouse, key)),
         "path": dg.MetadataValue.path(str(path)),
     })
 
