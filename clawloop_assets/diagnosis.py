@@ -59,6 +59,7 @@ class FailureSummary:
     missing_capability: str
     evidence: dict[str, Any]
     produced_by: str = PRODUCED_BY_EVIDENCE
+    phase: str = "heldout_after"  # the rollouts it summarizes (see diagnosis_report)
 
 
 def extract_evidence(rollout: Mapping[str, Any]) -> dict[str, Any]:
@@ -119,6 +120,7 @@ def summarize_failures(rollouts: Iterable[Mapping[str, Any]], capability_of: Map
                 root_cause=cause,
                 missing_capability=MISSING_CAPABILITY[cause],
                 evidence=evidence,
+                phase=rollout.get("phase", "heldout_after"),
             )
         )
     return summaries
@@ -366,15 +368,24 @@ def aggregate_patterns(
     return sorted(patterns, key=lambda p: (-p.count, p.pattern_id))
 
 
+PHASE_MEANING = {
+    "heldout_after": "the trained policy on the held-out split E_k",
+    "validation": "validation rollouts of candidates the input policy never solved",
+}
+
+
 def render_report(
     round_key: str,
     patterns: list[DiagnosisPattern],
     pass_rate_by_capability: Mapping[str, tuple[int, int]],
     failures: int,
     model_stats: ModelSummaryStats | None = None,
+    sources: Mapping[str, int] | None = None,
 ) -> str:
     """The diagnosis report as markdown, for people (shown in the Dagster UI)."""
     lines = [f"# Diagnosis report, {round_key}", ""]
+    if sources:
+        lines += ["Failures diagnosed: " + "; ".join(f"{n} from {PHASE_MEANING.get(p, p)}" for p, n in sorted(sources.items())), ""]
     lines += ["## Who wrote the failure summaries", ""]
     if model_stats is None:
         lines.append(f"All {failures} by the evidence rules (the loop model was not asked).")

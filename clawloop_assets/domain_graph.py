@@ -519,6 +519,36 @@ def apply_overrides(skills: list[Skill], overrides: list, graph: DomainGraph) ->
     return out, decisions
 
 
+def skill_review_messages(graph: DomainGraph, skills: list[Skill]) -> list[dict[str, str]]:
+    """The prompt asking a capable model to review the clustering prior."""
+    tools = "\n".join(f"- {t.name}({', '.join(p.name for p in t.params)}) -> {', '.join(t.returns) or '-'}; "
+                      f"reads {', '.join(t.reads) or '-'}; writes {', '.join(t.writes) or '-'}" for t in graph.tools)
+    prior = "\n".join(f"- {s.skill_id}: {', '.join(s.tools)} ({s.reason})" for s in skills)
+    return [
+        {"role": "system", "content": "You group the tools of a software domain into skills an agent learns "
+                                      "together. Answer with a JSON list and nothing else."},
+        {"role": "user", "content": f"Domain: {graph.domain_id}\nTools:\n{tools}\n\nProposed skills (a prior "
+                                    f"from shared fields and tables):\n{prior}\n\nIf a tool belongs elsewhere, "
+                                    'answer [{"skill_id": ..., "tools": [...], "reason": "why"}, ...] moving it; '
+                                    "answer [] to accept the proposal."},
+    ]
+
+
+def parse_skill_review(text: str) -> list:
+    """The overrides in a model's reply (a JSON list, possibly fenced), or
+    DomainGraphError naming what is wrong; apply_overrides checks the rest."""
+    start, end = text.find("["), text.rfind("]")
+    if start < 0 or end < start:
+        raise DomainGraphError("the skill review holds no JSON list")
+    try:
+        value = json.loads(text[start:end + 1])
+    except json.JSONDecodeError as exc:
+        raise DomainGraphError(f"the skill review is not valid JSON ({exc.msg})") from None
+    if not isinstance(value, list):
+        raise DomainGraphError("the skill review must be a JSON list")
+    return value
+
+
 # --------------------------------------------------------------------------- materialization
 
 

@@ -51,6 +51,10 @@ class LoopConfig(dg.ConfigurableResource):
     # validated, retried); a model that writes no valid one for the first
     # `summary_probe` failures is not asked about the rest.
     model_failure_summaries: bool = True
+    # Diagnose also the validation rollouts of candidates the input policy
+    # never solved: with a weak policy E_k holds a task or two (or none), and
+    # the plan of the next round needs the weaknesses those candidates show.
+    diagnose_unsolved_candidates: bool = True
     summary_probe: int = 4
     summary_attempts: int = 2
 

@@ -202,6 +202,7 @@ class FailureSummaries(_RoundTable):
     missing_capability: str
     evidence: str  # JSON: the deterministic facts the classification rests on
     produced_by: str
+    phase: str = pa.Field(isin=["heldout_after", "validation"])  # which rollouts it summarizes
 
 
 class DiagnosisPatterns(_RoundTable):

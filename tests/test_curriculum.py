@@ -197,7 +197,7 @@ def test_round_two_plan_follows_round_one_evidence_and_report(clawloop_home):
                 failures.append({"round": key, "summary_id": f"s{i}", "rollout_id": f"r{i}", "task_id": task_id,
                                  "capability_id": capability, "failure_turn": 0, "failure_action": "ls",
                                  "root_cause": "premature_termination", "missing_capability": "x", "evidence": "{}",
-                                 "produced_by": "evidence"})
+                                 "produced_by": "evidence", "phase": "heldout_after"})
     for table, rows in (("synthesis_plans", plans), ("tasks", tasks), ("admissions", admissions),
                         ("failure_summaries", failures), ("round_summaries", [{"round": key, "summary": "{}"}])):
         warehouse.replace(table, table_frame(table, rows), {"round": key})

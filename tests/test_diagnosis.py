@@ -148,3 +148,15 @@ def test_patterns_within_a_cause_are_split_by_meaning():
     assert patterns[0].pattern_id == "round-0001.grouped_statistics.computation_error.0"
     assert "is not a number" in patterns[0].evidence and "FILE" in patterns[0].evidence
     assert patterns[0].produced_by == "evidence_rules: 3"
+
+
+def test_the_report_says_which_rollouts_its_failures_come_from():
+    rollouts = [rollout("h1", ["echo 3 > answer.txt"], [0], WRONG_VALUE),
+                {**rollout("v1", ["ls"], [0], MISSING), "phase": "validation"},
+                {**rollout("v2", ["ls"], [0], MISSING), "phase": "validation"}]
+    summaries = summarize_failures(rollouts, {"t1": "grouped_statistics"})
+    assert [s.phase for s in summaries] == ["heldout_after", "validation", "validation"]
+    report = render_report("round-0001", aggregate_patterns(summaries, "round-0001"), {}, 3, None,
+                           {"heldout_after": 1, "validation": 2})
+    assert ("Failures diagnosed: 1 from the trained policy on the held-out split E_k; "
+            "2 from validation rollouts of candidates the input policy never solved") in report

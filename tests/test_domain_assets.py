@@ -18,12 +18,14 @@ ROUND = "round-0001"
 
 def materialize(instance=None):
     from clawloop_assets.assets.domains import domain_skill_graphs
+    from clawloop_assets.loop_config import LoopConfig
+    from resources.embedded_policy import EmbeddedPolicyModel
     from resources.warehouse import DuckDBWarehouse
 
     instance = instance or dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("rounds", [ROUND])
     return dg.materialize([domain_skill_graphs], partition_key=ROUND, instance=instance,
-                          resources={"warehouse": DuckDBWarehouse()})
+                          resources={"warehouse": DuckDBWarehouse(), "policy": EmbeddedPolicyModel(), "loop": LoopConfig()})
 
 
 def test_every_domain_graph_and_skill_lands_in_the_warehouse(clawloop_home):
@@ -58,6 +60,7 @@ def test_every_domain_graph_and_skill_lands_in_the_warehouse(clawloop_home):
     assert all(tool in completed.stdout for tool in row["tools"])
     metadata = result.asset_materializations_for_node("domain_skill_graphs")[0].metadata
     assert metadata["domains"].value == 3 and "Order management" in metadata["graphs"].value
+    assert metadata["model_review"].value == "not asked (no capable model configured)"
 
 
 def test_a_user_domain_joins_without_code_and_a_broken_one_is_named(clawloop_home):
@@ -91,3 +94,63 @@ def test_the_tool_runtime_tells_a_crash_from_a_refusal(tmp_path):
     crashed = run("crash", "--flag", "true")
     assert crashed.returncode == 3 and "ZeroDivisionError" in crashed.stdout
     assert run("crash", "--flag", "ture").returncode == 2  # not silently false
+
+
+class ReviewingPolicy:
+    """A unit-test double for a capable model reviewing the skill prior: it moves
+    restock next to check_stock in order management and answers prose elsewhere."""
+
+    def __new__(cls):
+        from resources.policy import Completion, PolicyModel, PolicySession
+
+        class Session(PolicySession):
+            def encode(self, text):
+                return [ord(c) for c in text]
+
+            def decode(self, token_ids):
+                return "".join(chr(t) for t in token_ids)
+
+            def chat_text(self, messages, *, add_generation_prompt):
+                return "\n".join(m["content"] for m in messages)
+
+            def sample(self, prompts, n, params):
+                out = []
+                for prompt in prompts:
+                    text = self.decode(prompt)
+                    reply = ('```json\n[{"skill_id": "shelf", "tools": ["check_stock", "restock"], '
+                             '"reason": "both keep the shelf stocked"}]\n```' if "Domain: order_management" in text
+                             else "I would leave it as it is.")
+                    out.append([Completion(self.encode(reply), [0.0] * len(reply), reply, "stop")] * n)
+                return out
+
+        class Model(PolicyModel):
+            def base_checkpoint(self):
+                from conftest import MODEL_CACHE
+
+                return MODEL_CACHE / "smollm2-135m-instruct"
+
+            def load(self, checkpoint_dir):
+                return Session()
+
+        return Model()
+
+
+def test_a_capable_model_may_override_the_skill_prior_with_a_reason(clawloop_home, base_checkpoint_dir):
+    from clawloop_assets.assets.domains import domain_skill_graphs
+    from clawloop_assets.loop_config import LoopConfig
+    from resources.warehouse import DuckDBWarehouse
+
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("rounds", [ROUND])
+    result = dg.materialize([domain_skill_graphs], partition_key=ROUND, instance=instance,
+                            resources={"warehouse": DuckDBWarehouse(), "policy": ReviewingPolicy(),
+                                       "loop": LoopConfig(generator_source="model")})
+    assert result.success
+    skills = DuckDBWarehouse().read("domain_skills", {"round": ROUND})
+    shelf = skills.filter((skills["domain_id"] == "order_management") & (skills["skill_id"] == "shelf")).row(0, named=True)
+    assert shelf["tools"] == ["check_stock", "restock"] and shelf["decision"] == "overridden"
+    assert shelf["reason"] == "model: both keep the shelf stocked"
+    others = skills.filter(skills["domain_id"] != "order_management")
+    assert set(others["decision"]) == {"accepted_prior"}
+    review = result.asset_materializations_for_node("domain_skill_graphs")[0].metadata["model_review"].value
+    assert "1 override(s) applied" in review and "rejected, the prior stands: the skill review holds no JSON list" in review

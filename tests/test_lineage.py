@@ -37,7 +37,7 @@ def rollout_row(round_key, task_id, phase, index, status="scored", reward=0.0, c
 def summary_row(rollout_id, task_id, capability, cause):
     return {"round": R1, "summary_id": f"{rollout_id}.summary", "rollout_id": rollout_id, "task_id": task_id,
             "capability_id": capability, "failure_turn": 0, "failure_action": "echo 3 > answer.txt",
-            "root_cause": cause, "missing_capability": "x", "evidence": "{}", "produced_by": "evidence_rules"}
+            "root_cause": cause, "missing_capability": "x", "evidence": "{}", "produced_by": "evidence_rules", "phase": "heldout_after"}
 
 
 def pattern_row(pattern_id, capability, cause, summaries):

@@ -74,7 +74,13 @@ def diagnosis_report(context: dg.AssetExecutionContext, warehouse: Warehouse, po
         rollouts = warehouse.read("rollouts", {"round": key, "phase": "heldout_after"})
         tasks = warehouse.read("tasks", {"round": key})
         capability_of = dict(zip(tasks["task_id"], tasks["capability_id"]))
-        summaries = summarize_failures(rollouts.iter_rows(named=True), capability_of)
+        diagnosed = rollouts
+        if loop.diagnose_unsolved_candidates:
+            admissions = warehouse.read("admissions", {"round": key})
+            unsolved = set(admissions.filter(pl.col("pass_count") == 0)["task_id"]) if admissions.height else set()
+            validation = warehouse.read("rollouts", {"round": key, "phase": "validation"})
+            diagnosed = pl.concat([rollouts, validation.filter(pl.col("task_id").is_in(sorted(unsolved)))])
+        summaries = summarize_failures(diagnosed.iter_rows(named=True), capability_of)
         model_stats = None
         if loop.model_failure_summaries and summaries:
             ref = round_policy(warehouse, key, "policy")
@@ -93,7 +99,8 @@ def diagnosis_report(context: dg.AssetExecutionContext, warehouse: Warehouse, po
             capability_id=pl.col("task_id").replace_strict(capability_of))
         by_capability = {row["capability_id"]: (int(row["passed"]), int(row["total"])) for row in scored.group_by("capability_id").agg(
             passed=pl.col("reward").sum(), total=pl.len()).iter_rows(named=True)}
-        report = render_report(key, patterns, by_capability, len(summaries), model_stats)
+        report = render_report(key, patterns, by_capability, len(summaries), model_stats,
+                               Counter(s.phase for s in summaries))
     summary_rows = [{"round": key, **{k: v for k, v in s.__dict__.items() if k != "evidence"}, "evidence": json.dumps(s.evidence)}
                     for s in summaries]
     pattern_rows = [{"round": key, **p.__dict__} for p in patterns]

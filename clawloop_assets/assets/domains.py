@@ -12,26 +12,49 @@ import dagster as dg
 
 from clawloop_assets import domain_graph, executable_domains
 from clawloop_assets.assets.common import markdown_table
+from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.partitions import round_partitions
-from clawloop_assets.round_state import workdir
+from clawloop_assets.round_state import input_policy, workdir
+from resources.policy import PolicyModel, SamplingParams
 from resources.warehouse import Warehouse, table_frame
 
 GROUP = "domain_route"
 
 
 @dg.asset(partitions_def=round_partitions, group_name=GROUP)
-def domain_skill_graphs(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg.MaterializeResult:
+def domain_skill_graphs(context: dg.AssetExecutionContext, warehouse: Warehouse, policy: PolicyModel,
+                        loop: LoopConfig) -> dg.MaterializeResult:
     """Tripartite graph and skills of every executable domain (built-in and
-    `$CLAWLOOP_HOME/domains/`), in the warehouse and on disk."""
+    `$CLAWLOOP_HOME/domains/`), in the warehouse and on disk. The clustering is
+    a prior: the domain's skills_override.json (a person's), then, where a
+    capable model is configured (`generator_source = "model"`), the round's
+    input policy may move tools with a stated reason; a review that does not
+    hold up is recorded and the prior stands."""
     key = context.partition_key
     root = workdir(key, "domains")
     tool_rows, edge_rows, skill_rows = [], [], []
-    sections = []
+    sections, reviews = [], []
+    review = _model_review(warehouse, policy, loop, key) if loop.generator_source == "model" else None
     for domain in executable_domains.load_domains():
         source = domain.tools_source
         graph = domain_graph.extract_graph(domain.id, source, str(domain.path("tools.py")))
         skills, decisions = domain_graph.apply_overrides(
             domain_graph.cluster_skills(graph), domain_graph.load_overrides(domain.root), graph)
+        if review is not None:
+            try:
+                overrides = [{**o, "reason": f"model: {o.get('reason', '')}" if str(o.get("reason", "")).strip() else ""}
+                             if isinstance(o, dict) else o for o in review(graph, skills)]
+                reviewed, reviewed_decisions = domain_graph.apply_overrides(skills, overrides, graph)
+                if overrides:
+                    # A skill the file overrode and the model left alone stays overridden.
+                    before = {d["skill_id"]: d["decision"] for d in decisions}
+                    for d in reviewed_decisions:
+                        if before.get(d["skill_id"]) == "overridden":
+                            d["decision"] = "overridden"
+                    skills, decisions = reviewed, reviewed_decisions
+                reviews.append((domain.id, f"{len(overrides)} override(s) applied" if overrides else "accepted the prior"))
+            except domain_graph.DomainGraphError as exc:
+                reviews.append((domain.id, f"rejected, the prior stands: {exc}"))
         skill_dir = root / domain.id / "skills"
         artifacts = {s.skill_id: domain_graph.materialize_skill(graph, s, source, skill_dir) for s in skills}
         # Beside the tools they wrap, so the directory runs as a workspace would.
@@ -58,6 +81,19 @@ def domain_skill_graphs(context: dg.AssetExecutionContext, warehouse: Warehouse)
         "tools": len(tool_rows),
         "edges": len(edge_rows),
         "skills": len(skill_rows),
+        "model_review": markdown_table(["domain", "model's review"], reviews) if reviews else "not asked (no capable model configured)",
         "graphs": dg.MetadataValue.md("\n\n".join(sections)),
         "path": dg.MetadataValue.path(str(root)),
     })
+
+
+def _model_review(warehouse: Warehouse, policy: PolicyModel, loop: LoopConfig, key: str):
+    """review(graph, skills) -> overrides, asking the round's input policy."""
+    session = policy.load(input_policy(warehouse, policy, key).path)
+    params = SamplingParams(max_new_tokens=1024, temperature=loop.temperature, stop=(), seed=loop.seed)
+
+    def review(graph, skills):
+        prompt = session.chat_tokens(domain_graph.skill_review_messages(graph, skills), add_generation_prompt=True)
+        return domain_graph.parse_skill_review(session.sample([prompt], 1, params)[0][0].text)
+
+    return review
