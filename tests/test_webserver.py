@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
 ROUND_ASSETS = {
-    "capability_catalog", "domain_catalog", "synthesis_plan", "task_generators", "candidate_tasks",
+    "capability_catalog", "domain_catalog", "domain_skill_graphs", "synthesis_plan", "task_generators", "candidate_tasks",
     "agent_free_validation", "validation_rollouts", "admitted_tasks", "task_splits", "sft_checkpoint",
     "policy_checkpoint", "training_gain", "heldout_baseline_rollouts", "diagnosis_rollouts", "diagnosis_report",
     "round_summary",
@@ -74,6 +74,7 @@ def test_webserver_serves_the_round_asset_graph(tmp_path):
         assert set(by_name) == ROUND_ASSETS
         assert all(node["isPartitioned"] for node in nodes)
         assert by_name["diagnosis_report"]["groupName"] == "diagnosis"
+        assert by_name["domain_skill_graphs"]["groupName"] == "domain_route"
         assert "round_job" in by_name["round_summary"]["jobNames"]
     finally:
         os.killpg(server.pid, signal.SIGINT)
