@@ -4,7 +4,6 @@ verifiers all run here and nowhere else."""
 from __future__ import annotations
 
 import os
-import resource
 import select
 import shutil
 import signal
@@ -101,6 +100,12 @@ class BubblewrapSandbox(Sandbox):
             )
         return path
 
+    def _prlimit(self) -> str:
+        path = shutil.which("prlimit")
+        if path is None:
+            raise SandboxUnavailable("prlimit (util-linux) is not installed: `apt-get install util-linux`")
+        return path
+
     def _as_root(self) -> bool:
         return os.geteuid() == 0
 
@@ -152,14 +157,20 @@ class BubblewrapSandbox(Sandbox):
         args = self.command_line(argv, mounts, cwd, env or {}, limits)
         if self._as_root():
             own_writable_mounts(mounts, self.sandbox_uid, self.sandbox_gid)
-
-        def apply_limits() -> None:
-            resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds))
-            resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
-            resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes))
-            resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_processes, limits.max_processes))
-            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
+        # The rlimits are set by util-linux prlimit, which then execs bwrap with
+        # them, not by a preexec_fn: a preexec_fn makes Python fork() instead of
+        # vfork(), and forking the round's process (the model loaded, about 2 GB)
+        # cost about 0.5 s a command here, against 2 ms without.
+        args = [
+            self._prlimit(),
+            f"--cpu={limits.cpu_seconds}:{limits.cpu_seconds}",
+            f"--as={limits.memory_bytes}:{limits.memory_bytes}",
+            f"--fsize={limits.file_size_bytes}:{limits.file_size_bytes}",
+            f"--nproc={limits.max_processes}:{limits.max_processes}",
+            "--core=0:0",
+            "--",
+            *args,
+        ]
         try:
             proc = subprocess.Popen(
                 args,
@@ -167,7 +178,6 @@ class BubblewrapSandbox(Sandbox):
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # one process group to kill on timeout
-                preexec_fn=apply_limits,
                 close_fds=True,
             )
         except OSError as exc:
@@ -175,8 +185,8 @@ class BubblewrapSandbox(Sandbox):
         # bwrap runs with --die-with-parent and is pid 1 of its namespace:
         # killing its group kills everything the command started.
         result = _collect(proc, limits, kill=lambda: _kill_group(proc))
-        if not result.timed_out and result.exit_code != 0 and result.output.startswith("bwrap:"):
-            # bwrap's own failure (bad mount, no namespaces): not the command's.
+        if not result.timed_out and result.exit_code != 0 and result.output.startswith(("bwrap:", "prlimit:")):
+            # bwrap's or prlimit's own failure (bad mount, no namespaces): not the command's.
             raise SandboxError(f"bubblewrap failed to start the sandbox: {result.output.strip()}")
         return result
 

@@ -47,6 +47,19 @@ def test_memory_limit_holds(tmp_path):
     assert result.exit_code != 0 and "MemoryError" in result.output
 
 
+def test_every_limit_reaches_the_command(tmp_path):
+    # The rlimits are applied outside the sandboxed process (prlimit before
+    # bwrap); the command must still see each one as configured.
+    limits = dict(cpu_seconds=7, memory_bytes=700 << 20, file_size_bytes=5 << 20, max_processes=33)
+    result = run(tmp_path, "cat /proc/self/limits", **limits)
+    seen = {line[:26].strip(): line[26:].split()[:2] for line in result.output.splitlines()[1:]}
+    assert seen["Max cpu time"] == ["7", "7"]
+    assert seen["Max address space"] == [str(700 << 20)] * 2
+    assert seen["Max file size"] == [str(5 << 20)] * 2
+    assert seen["Max processes"] == ["33", "33"]
+    assert seen["Max core file size"] == ["0", "0"]
+
+
 def test_missing_mount_source_is_a_sandbox_error(tmp_path):
     with pytest.raises(SandboxError, match="does not exist"):
         sandbox.run(["true"], [Mount(tmp_path / "nope", "/workspace")])
