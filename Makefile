@@ -12,7 +12,7 @@ export OMP_WAIT_POLICY := PASSIVE
 export TOKENIZERS_PARALLELISM := false
 export HF_HUB_OFFLINE := 1
 
-.PHONY: setup sandbox-backend docker-backend trainer-image vllm-backend run test fast-test bench ui
+.PHONY: setup sandbox-backend browser postgres-backend docker-backend trainer-image vllm-backend run test fast-test bench ui
 
 $(BIN)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,20 @@ sandbox-backend:
 	@command -v bwrap >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; \
 	  else echo "bubblewrap is missing: sudo apt-get install bubblewrap" >&2; exit 1; fi; }
+
+# The browser test's headless Chromium and its WebDriver, from Debian
+# (Playwright's browser download does not work here).
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	  else echo "chromium is missing: sudo apt-get install chromium chromium-driver" >&2; exit 1; fi; }
+
+# The production profile's instance storage: the PostgreSQL server, which
+# tests/test_production_profile.py starts on a scratch directory of its own.
+postgres-backend:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq postgresql >/dev/null; \
+	  else echo "PostgreSQL is missing: sudo apt-get install postgresql" >&2; exit 1; fi; }
 
 # The production sandbox backend: the Docker engine and the harness image,
 # built without a registry. `make test` runs the security suite on it too.
@@ -60,7 +74,7 @@ setup: $(BIN)/.installed sandbox-backend
 run: setup $(if $(filter vllm,$(POLICY)),vllm-backend) $(if $(filter docker,$(SANDBOX)),docker-backend)
 	$(BIN)/clawloop run --rounds $(ROUNDS) --policy $(POLICY) --sandbox $(SANDBOX)
 
-test: setup docker-backend vllm-backend
+test: setup docker-backend vllm-backend browser postgres-backend
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 

@@ -4,28 +4,74 @@ benchmarks/results.json so a later run can be compared."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
+from typing import Callable, Mapping
 
-from benchmarks import sandbox_overhead, sequential_rollouts, synthesis_throughput, training_steps
+from benchmarks import (
+    rollout_throughput,
+    round_phases,
+    sandbox_overhead,
+    sequential_rollouts,
+    synthesis_throughput,
+    training_steps,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results.json"
 
 
-def main() -> None:
-    results = {}
-    results.update(sandbox_overhead.measure())
-    print("building and validating 1,024 candidate tasks (a few minutes)", flush=True)
-    results.update(synthesis_throughput.measure(1024))
-    print(
-        "timing GRPO and SFT training steps on the embedded model, ours beside TRL's trainers (several minutes)",
-        flush=True,
-    )
-    results.update(training_steps.measure())
-    print("validating 48 level-0 candidates with all 8 rollouts and in waves, on the embedded model", flush=True)
-    results.update(sequential_rollouts.measure())
-    width = max(len(k) for k in results)
+def table_rows(results: Mapping[str, object]) -> list[tuple[str, str]]:
+    """One (key, value) row per figure: an object's entries as `key.entry`,
+    booleans as yes/no, numbers to four significant digits."""
+    rows: list[tuple[str, str]] = []
     for key, value in sorted(results.items()):
-        print(f"{key:<{width}}  {value:.4g}")
+        if isinstance(value, Mapping):
+            rows += table_rows({f"{key}.{entry}": v for entry, v in value.items()})
+        elif isinstance(value, bool):
+            rows.append((key, "yes" if value else "no"))
+        elif isinstance(value, (int, float)):
+            rows.append((key, f"{value:.4g}"))
+        else:
+            raise TypeError(f"benchmark result {key!r} is a {type(value).__name__}, not a number, boolean or object")
+    return rows
+
+
+def format_table(results: Mapping[str, object]) -> str:
+    rows = table_rows(results)
+    width = max(len(key) for key, _ in rows)
+    return "\n".join(f"{key:<{width}}  {value}" for key, value in rows)
+
+
+def main() -> None:
+    results: dict[str, object] = {}
+    # Each benchmark's own wall time: `make bench` must stay under 30 minutes on two cores.
+    seconds: dict[str, float] = {}
+
+    def run(name: str, announce: str | None, measure: Callable[[], Mapping[str, object]]) -> None:
+        if announce:
+            print(announce, flush=True)
+        started = time.perf_counter()
+        results.update(measure())
+        seconds[name] = time.perf_counter() - started
+        print(f"  {name}: {seconds[name]:.0f} s", flush=True)
+
+    run("sandbox_overhead", None, sandbox_overhead.measure)
+    run("synthesis_throughput", "building and validating 1,024 candidate tasks (a few minutes)",
+        lambda: synthesis_throughput.measure(1024))
+    run("training_steps",
+        "timing GRPO and SFT training steps on the embedded model, ours beside TRL's trainers (several minutes)",
+        training_steps.measure)
+    run("sequential_rollouts",
+        "validating 48 level-0 candidates with all 8 rollouts and in waves, on the embedded model",
+        sequential_rollouts.measure)
+    run("rollout_throughput",
+        "rolling out 8 level-0 tasks x 8 on the embedded model, 64 sequences a call and then 1 (a few minutes)",
+        rollout_throughput.measure)
+    run("round_phases", "materializing one small round (24 candidates) and reading its cost ledger (several minutes)",
+        round_phases.measure)
+    results["bench.seconds_by_benchmark"] = seconds | {"total": sum(seconds.values())}
+    print(format_table(results))
+    print(round_phases.share_table(results))
     RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
     print(f"written to {RESULTS}")
 

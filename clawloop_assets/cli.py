@@ -16,11 +16,33 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def prepare_dagster_home() -> Path:
+    """$DAGSTER_HOME with the profile's instance config as dagster.yaml. A
+    copy of another profile's shipped file is replaced (the profile changed);
+    one edited by hand is kept. Production also writes the pool limits into
+    the instance, which must then store its runs in Postgres."""
+    from clawloop_assets.definitions import INSTANCE_YAML_BY_PROFILE, apply_pool_limits, current_profile
+
+    profile = current_profile()
     home = paths.dagster_home()
     home.mkdir(parents=True, exist_ok=True)
-    if not (home / "dagster.yaml").exists():
-        shutil.copy(REPO_ROOT / "dagster.yaml", home / "dagster.yaml")
+    target, source = home / "dagster.yaml", REPO_ROOT / INSTANCE_YAML_BY_PROFILE[profile]
+    shipped = {(REPO_ROOT / name).read_bytes() for name in INSTANCE_YAML_BY_PROFILE.values()}
+    if not target.exists() or (target.read_bytes() in shipped and target.read_bytes() != source.read_bytes()):
+        shutil.copy(source, target)
     os.environ["DAGSTER_HOME"] = str(home)
+    if profile == "production":
+        import dagster as dg
+
+        missing = [v for v in ("DAGSTER_PG_HOST", "DAGSTER_PG_PORT", "DAGSTER_PG_USERNAME", "DAGSTER_PG_PASSWORD",
+                               "DAGSTER_PG_DB") if v not in os.environ]
+        if missing:
+            raise SystemExit(f"CLAWLOOP_PROFILE=production keeps the Dagster instance in Postgres: set {', '.join(missing)}")
+        with dg.DagsterInstance.from_config(str(home)) as instance:
+            storage = type(instance.run_storage).__name__
+            if storage != "PostgresRunStorage":
+                raise SystemExit(f"{target} stores runs in {storage}, not Postgres: it was edited by hand; "
+                                 f"replace it with {source} for CLAWLOOP_PROFILE=production")
+            apply_pool_limits(instance)
     return home
 
 
@@ -54,6 +76,12 @@ def why_stopped(result) -> str:
             while error.cause is not None:  # the user's exception, not Dagster's wrapper
                 error = error.cause
             reasons.append(f"step {event.step_key} failed: {error.message.strip()}")
+        elif event.is_resource_init_failure and event.event_specific_data.error is not None:
+            # e.g. the warehouse's run lock held by another run: no step ran.
+            error = event.event_specific_data.error
+            while error.cause is not None:
+                error = error.cause
+            reasons.append(f"resources did not start: {error.message.strip()}")
     return "; ".join(reasons) or "unknown reason"
 
 
@@ -144,8 +172,35 @@ def main(argv: list[str] | None = None) -> None:
                                                          "tasks -> generators -> capability -> domain through an id")
     lineage_parser.add_argument("id", help="a pattern, failure summary, trajectory (rollout), task or generator id "
                                            "(a generator id repeats each round: qualify it as round-000N.<id>)")
+    harbor_import = commands.add_parser("harbor-import", help="import Harbor-format tasks (one task or a directory of "
+                                                              "them) as bundles; lists those not runnable here, and why")
+    harbor_import.add_argument("src", type=Path)
+    harbor_import.add_argument("--dest", type=Path, help="default: $CLAWLOOP_HOME/evaluation/imported")
+    harbor_import.add_argument("--sandbox", choices=["bubblewrap", "docker"],
+                               default=os.environ.get("CLAWLOOP_SANDBOX", "bubblewrap"),
+                               help="the sandbox the tasks will run in, probed for what they need")
+    harbor_export = commands.add_parser("harbor-export", help="write a round's admitted tasks in the Harbor task format")
+    harbor_export.add_argument("--round", required=True, help="round key, e.g. round-0001")
+    harbor_export.add_argument("--out", type=Path, required=True, help="a directory that does not exist yet")
     args = parser.parse_args(argv)
-    if args.command == "export-pool":
+    if args.command == "harbor-import":
+        from clawloop_assets.harbor import HarborTaskError, import_harbor_directory, render_import_table
+        from resources.sandbox import BubblewrapSandbox, DockerSandbox
+
+        sandbox = DockerSandbox() if args.sandbox == "docker" else BubblewrapSandbox()
+        try:
+            results, manifest = import_harbor_directory(args.src, args.dest or paths.evaluation_imports_dir(), sandbox)
+        except HarborTaskError as exc:
+            raise SystemExit(f"clawloop harbor-import: {exc}") from None
+        print(render_import_table(results), end="")
+        print(f"manifest: {manifest}")
+    elif args.command == "harbor-export":
+        from clawloop_assets.harbor import export_round
+        from resources.warehouse import DuckDBWarehouse
+
+        for task_dir in export_round(DuckDBWarehouse(), args.round, args.out):
+            print(task_dir)
+    elif args.command == "export-pool":
         from clawloop_assets.transfer import export_pool
         from resources.warehouse import DuckDBWarehouse
 

@@ -7,7 +7,8 @@ import os
 import dagster as dg
 
 from clawloop_assets import checks
-from clawloop_assets.assets import diagnosis, domains, synthesis, training, validation
+from clawloop_assets.assets import diagnosis, domains, evaluation, synthesis, training, validation
+from clawloop_assets.assets.common import ROLLOUTS_POOL, WAREHOUSE_WRITER_POOL
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.schedules import nightly_round_schedule
 from resources.embedded_policy import EmbeddedPolicyModel
@@ -20,7 +21,7 @@ from resources.training_launcher import (
 )
 from resources.warehouse import DuckDBWarehouse
 
-round_assets = dg.load_assets_from_modules([synthesis, domains, validation, training, diagnosis])
+round_assets = dg.load_assets_from_modules([synthesis, domains, validation, training, evaluation, diagnosis])
 gate_checks = dg.load_asset_checks_from_modules([checks])
 
 round_job = dg.define_asset_job(
@@ -40,32 +41,116 @@ POLICY_BACKENDS = {"embedded": EmbeddedPolicyModel, "openai": OpenAICompatiblePo
 TRAINING_LAUNCHERS = {"subprocess": SubprocessTrainingLauncher, "docker": DockerTrainingLauncher, "k8s": K8sTrainingLauncher}
 
 
-def _backend(variable: str, choices: dict, default: str):
+# CLAWLOOP_PROFILE selects a whole setup. "laptop" (the default): the SQLite
+# instance of dagster.yaml, steps in one process, the nightly schedule off.
+# "production": the Postgres instance and K8s run launcher of
+# dagster.production.yaml, steps in parallel under its concurrency pools, the
+# schedule on. Each profile has its backends; the backend variables above
+# override them one by one.
+PROFILE_VARIABLE = "CLAWLOOP_PROFILE"
+INSTANCE_YAML_BY_PROFILE = {"laptop": "dagster.yaml", "production": "dagster.production.yaml"}
+DEFAULT_BACKENDS = {
+    "laptop": {"CLAWLOOP_POLICY": "embedded", "CLAWLOOP_SANDBOX": "bubblewrap", "CLAWLOOP_TRAINING_LAUNCHER": "subprocess"},
+    "production": {"CLAWLOOP_POLICY": "openai", "CLAWLOOP_SANDBOX": "docker", "CLAWLOOP_TRAINING_LAUNCHER": "k8s"},
+}
+# Rollout steps at once across all runs (the `rollouts` pool), as the policy
+# servers and sandbox hosts allow; `clawloop setup` writes it to the instance.
+ROLLOUT_POOL_LIMIT_VARIABLE = "CLAWLOOP_ROLLOUT_POOL_LIMIT"
+DEFAULT_ROLLOUT_POOL_LIMIT = 2  # a round's widest point: two rollout steps side by side
+
+
+def check_profile(profile: str) -> str:
+    if profile not in INSTANCE_YAML_BY_PROFILE:
+        raise ValueError(f"{PROFILE_VARIABLE}={profile!r} is unknown; choose one of {sorted(INSTANCE_YAML_BY_PROFILE)}")
+    return profile
+
+
+def current_profile() -> str:
+    return check_profile(os.environ.get(PROFILE_VARIABLE) or "laptop")
+
+
+def _backend_name(variable: str, choices: dict, default: str) -> str:
     name = os.environ.get(variable, default)
     if name not in choices:
         raise ValueError(f"{variable}={name!r} is unknown; choose one of {sorted(choices)}")
-    return choices[name]()
+    return name
+
+
+def _training_launcher(profile: str):
+    name = _backend_name("CLAWLOOP_TRAINING_LAUNCHER", TRAINING_LAUNCHERS, DEFAULT_BACKENDS[profile]["CLAWLOOP_TRAINING_LAUNCHER"])
+    if name != "k8s":
+        return TRAINING_LAUNCHERS[name]()
+    # Training pods go where the run pods go unless told otherwise; the
+    # trainer image must come from a registry the GPU nodes can pull from.
+    settings = {"namespace": os.environ.get("CLAWLOOP_K8S_NAMESPACE"),
+                "service_account": os.environ.get("CLAWLOOP_K8S_SERVICE_ACCOUNT"),
+                "image": os.environ.get("CLAWLOOP_TRAINER_IMAGE")}
+    return K8sTrainingLauncher(**{k: v for k, v in settings.items() if v})
 
 
 def resources_for(profile: str) -> dict:
-    """The resources of a profile; only "laptop" for now."""
-    if profile != "laptop":
-        raise ValueError(f"CLAWLOOP_PROFILE={profile!r} is unknown; choose one of ['laptop']")
+    """The resources of a profile: its backends, unless a backend variable
+    names another."""
+    defaults = DEFAULT_BACKENDS[check_profile(profile)]
+    policy_name = _backend_name("CLAWLOOP_POLICY", POLICY_BACKENDS, defaults["CLAWLOOP_POLICY"])
+    if profile == "production" and policy_name == "openai" and not os.environ.get("CLAWLOOP_POLICY_URL"):
+        # Fail when the code location loads, not in the middle of a nightly round.
+        raise ValueError("CLAWLOOP_PROFILE=production serves the policy from an OpenAI-compatible server: "
+                         "set CLAWLOOP_POLICY_URL to its base URL (e.g. http://vllm.clawloop.svc:8000/v1)")
     return {
-        "policy": _backend("CLAWLOOP_POLICY", POLICY_BACKENDS, "embedded"),
-        "sandbox": _backend("CLAWLOOP_SANDBOX", SANDBOX_BACKENDS, "bubblewrap"),
+        "policy": POLICY_BACKENDS[policy_name](),
+        "sandbox": SANDBOX_BACKENDS[_backend_name("CLAWLOOP_SANDBOX", SANDBOX_BACKENDS, defaults["CLAWLOOP_SANDBOX"])](),
         "warehouse": DuckDBWarehouse(),
-        "training_launcher": _backend("CLAWLOOP_TRAINING_LAUNCHER", TRAINING_LAUNCHERS, "subprocess"),
+        "training_launcher": _training_launcher(profile),
         "loop": LoopConfig(),
     }
 
 
-defs = dg.Definitions(
-    assets=round_assets,
-    asset_checks=gate_checks,
-    jobs=[round_job],
-    schedules=[nightly_round_schedule(os.environ.get("CLAWLOOP_PROFILE", "laptop"))],
-    resources=resources_for(os.environ.get("CLAWLOOP_PROFILE", "laptop")),
-    # DuckDB takes one writer process: run a round's steps in one process.
-    executor=dg.in_process_executor,
-)
+def executor_for(profile: str) -> dg.ExecutorDefinition:
+    if check_profile(profile) == "laptop":
+        # DuckDB takes one writer process, and the embedded model lives in
+        # the process: run a round's steps in one process.
+        return dg.in_process_executor
+    # Each step a process of the run's pod: a rollout step runs beside
+    # training, while the pools keep the warehouse to one writer step.
+    return dg.multiprocess_executor
+
+
+def pool_limits() -> dict[str, int]:
+    """The production profile's pool limits: one warehouse writer, and
+    $CLAWLOOP_ROLLOUT_POOL_LIMIT rollout steps."""
+    raw = os.environ.get(ROLLOUT_POOL_LIMIT_VARIABLE) or str(DEFAULT_ROLLOUT_POOL_LIMIT)
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"{ROLLOUT_POOL_LIMIT_VARIABLE}={raw!r} must be a whole number of rollout steps, at least 1")
+    return {WAREHOUSE_WRITER_POOL: 1, ROLLOUTS_POOL: int(raw)}
+
+
+def apply_pool_limits(instance: dg.DagsterInstance) -> dict[str, int]:
+    """Write the pool limits into the instance (as `dagster instance
+    concurrency set` does): a pool's limit lives in its storage, not in
+    dagster.yaml, which only holds the default for pools without one."""
+    limits = pool_limits()
+    for pool, limit in limits.items():
+        instance.event_log_storage.set_concurrency_slots(pool, limit)
+    return limits
+
+
+def definitions_for(profile: str) -> dg.Definitions:
+    return dg.Definitions(
+        assets=round_assets,
+        asset_checks=gate_checks,
+        jobs=[round_job],
+        schedules=[nightly_round_schedule(profile)],
+        resources=resources_for(profile),
+        executor=executor_for(profile),
+    )
+
+
+defs = definitions_for(current_profile())
+
+
+def round_job_def() -> dg.JobDefinition:
+    """round_job of the profile $CLAWLOOP_PROFILE names now (not when this
+    module was imported), for `dg.reconstructable`: each step process of the
+    multiprocess executor rebuilds it from here."""
+    return definitions_for(current_profile()).resolve_job_def("round_job")

@@ -417,31 +417,69 @@ def _capped(ids: list[str], limit: int, total: int | None = None) -> str:
     return shown + (f" (+{total - min(limit, len(ids))} more)" if total > min(limit, len(ids)) else "")
 
 
+# The assets of a round whose rows and metadata hold each level (tasks: built
+# by candidate_tasks, admitted or not by admitted_tasks), so the lineage table
+# can link to their pages in the UI; trajectories by the phase of the rollouts
+# a pattern's failure summaries cover.
+LEVEL_ASSETS = {"tasks": ("candidate_tasks", "admitted_tasks"), "generators": ("task_generators",),
+                "capabilities": ("capability_catalog",), "domains": ("domain_catalog",)}
+PHASE_ASSETS = {"validation": "validation_rollouts", "heldout_after": "diagnosis_rollouts"}
+
+
+def asset_url(asset: str, round_key: str) -> str:
+    """The Dagster UI's page of one round (partition) of an asset: its
+    materialization's metadata. A path from the UI's root, so the link works
+    wherever the webserver is served from the root (`make ui`)."""
+    return f"/assets/{asset}?view=partitions&partition={round_key}"
+
+
+def _links(assets: Iterable[str], round_key: str) -> str:
+    return " ".join(f"[{a}]({asset_url(a, round_key)})" for a in assets)
+
+
 def pattern_lineage_table(warehouse: Warehouse, round_key: str, limit: int = 5) -> str:
     """One markdown row per pattern of the round: its summaries, example
     trajectories, tasks, and the generators, capability and domains of those
-    tasks (joined on the tasks' (round, task_id))."""
+    tasks (joined on the tasks' (round, task_id)); after each level's ids, links
+    to the pages of the round's assets that hold them, and the command that
+    prints the pattern's whole chain."""
     t = _Tables(warehouse)
     rows = t.rows(
         f"WITH members AS (SELECT round, pattern_id, unnest(task_ids) AS task_id FROM {t('diagnosis_patterns')} "
-        f"WHERE round = ?) "
+        f"WHERE round = ?), "
+        f"phases AS (SELECT p.pattern_id, list(DISTINCT s.phase ORDER BY s.phase) AS phases "
+        f"FROM (SELECT round, pattern_id, unnest(summary_ids) AS summary_id FROM {t('diagnosis_patterns')} "
+        f"WHERE round = ?) p JOIN {t('failure_summaries')} s ON s.round = p.round AND s.summary_id = p.summary_id "
+        f"GROUP BY p.pattern_id) "
         f"SELECT p.pattern_id, any_value(p.count) AS count, any_value(len(p.summary_ids)) AS summaries, "
         f"any_value(p.example_rollout_ids) AS examples, any_value(p.task_ids) AS task_ids, "
-        f"any_value(p.capability_id) AS capability_id, "
+        f"any_value(p.capability_id) AS capability_id, any_value(ph.phases) AS phases, "
         f"list(DISTINCT x.generator_id ORDER BY x.generator_id) FILTER (WHERE x.generator_id IS NOT NULL) AS generators, "
         f"list(DISTINCT x.domain_id ORDER BY x.domain_id) FILTER (WHERE x.domain_id IS NOT NULL) AS domains "
         f"FROM {t('diagnosis_patterns')} p "
         f"LEFT JOIN members m ON m.round = p.round AND m.pattern_id = p.pattern_id "
         f"LEFT JOIN {t('tasks')} x ON x.round = m.round AND x.task_id = m.task_id "
+        f"LEFT JOIN phases ph ON ph.pattern_id = p.pattern_id "
         f"WHERE p.round = ? GROUP BY p.pattern_id ORDER BY count DESC, p.pattern_id",
-        [round_key, round_key])
+        [round_key, round_key, round_key])
     if not rows:
         return f"No failure patterns in {round_key}.\n"
-    lines = ["| pattern | count | summaries | trajectories | tasks | generators | capability | domains |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| pattern | count | summaries | trajectories | tasks | generators | capability | domains | whole chain |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        cells = [r["pattern_id"], r["count"], r["summaries"], _capped(r["examples"] or [], limit, r["summaries"]),
-                 _capped(r["task_ids"] or [], limit), _capped(r["generators"] or [], limit), r["capability_id"],
-                 ", ".join(r["domains"] or [])]
+        rollout_assets = sorted({PHASE_ASSETS[p] for p in r["phases"] or [] if p in PHASE_ASSETS})
+        cells = [r["pattern_id"], r["count"], r["summaries"],
+                 _with_links(_capped(r["examples"] or [], limit, r["summaries"]), rollout_assets, round_key),
+                 _with_links(_capped(r["task_ids"] or [], limit), LEVEL_ASSETS["tasks"], round_key),
+                 _with_links(_capped(r["generators"] or [], limit), LEVEL_ASSETS["generators"], round_key),
+                 _with_links(r["capability_id"], LEVEL_ASSETS["capabilities"], round_key),
+                 _with_links(", ".join(r["domains"] or []), LEVEL_ASSETS["domains"], round_key),
+                 f"`clawloop lineage {r['pattern_id']}`"]
         lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _with_links(ids: str, assets: Iterable[str], round_key: str) -> str:
+    """A cell's ids, then the links to the assets holding them ("in" them)."""
+    links = _links(assets, round_key)
+    return f"{ids} in {links}" if ids and links else ids or links

@@ -12,6 +12,7 @@ from clawloop_assets.admission import AdmissionBand
 from clawloop_assets.agent_loop import AgentSettings
 from clawloop_assets.catalogs import round_capabilities
 from clawloop_assets.curriculum import Controller
+from clawloop_assets.evaluation import EvaluationSetSpec
 from training_jobs.configs import recipe_config
 
 
@@ -57,6 +58,15 @@ class LoopConfig(dg.ConfigurableResource):
     diagnose_unsolved_candidates: bool = True
     summary_probe: int = 4
     summary_attempts: int = 2
+    # The fixed evaluation set (clawloop_assets/evaluation.py): k samples per
+    # task (5: the paper's Avg@5) of the round's trained policy on every
+    # capability (empty list: all of both routes) x level x seed, plus any
+    # imported tasks. Default: 13 own tasks (the 12 families and domain_workflow,
+    # level 0) x 5 = 65 rollouts, measured 90 s with the embedded model on 2 cores.
+    evaluation_samples: int = 5
+    evaluation_capabilities: list[str] = []
+    evaluation_levels: list[int] = [0]
+    evaluation_seeds_per_cell: int = 1
 
     # The training recipe (training_jobs.configs.RECIPES): "cpu", measured on
     # the embedded model, or "paper" for GPU nodes. A field below that is set
@@ -80,7 +90,14 @@ class LoopConfig(dg.ConfigurableResource):
             raise ValueError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
         if self.max_turns < 1 or self.heldout_samples < 1 or self.candidates_per_round < 1:
             raise ValueError("max_turns, heldout_samples and candidates_per_round must be at least 1")
+        if self.evaluation_samples < 1:
+            raise ValueError(f"evaluation_samples must be at least 1, got {self.evaluation_samples}")
+        self.evaluation_set()  # raises naming the bad capability, level or seed count
         return self
+
+    def evaluation_set(self) -> EvaluationSetSpec:
+        return EvaluationSetSpec(tuple(self.evaluation_capabilities), tuple(self.evaluation_levels),
+                                 self.evaluation_seeds_per_cell)
 
     def admission_band(self) -> AdmissionBand:
         return AdmissionBand(

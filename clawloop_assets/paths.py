@@ -32,3 +32,7 @@ def model_cache_dir() -> Path:
 
 def dagster_home() -> Path:
     return Path(os.environ.get("DAGSTER_HOME") or clawloop_home() / "dagster")
+
+
+def evaluation_imports_dir() -> Path:
+    return clawloop_home() / "evaluation" / "imported"

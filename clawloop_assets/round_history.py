@@ -26,6 +26,10 @@ class RoundFigures(NamedTuple):
     rollouts_per_admitted_task: float | None
     heldout_pass_rate_before: float | None
     heldout_pass_rate_after: float | None
+    # The fixed evaluation set's pass@1 and its 95% interval (clawloop_assets/evaluation.py).
+    evaluation_pass_at_1: float | None = None
+    evaluation_ci_low: float | None = None
+    evaluation_ci_high: float | None = None
 
 
 FIGURES = RoundFigures._fields[1:]
@@ -56,8 +60,17 @@ def round_history(warehouse: Warehouse, up_to: str) -> list[RoundFigures]:
 
 
 def history_table(history: Sequence[RoundFigures]) -> dg.MetadataValue:
-    headers = ["round", "admission rate", "mean turns", "rollouts / admitted", "held-out before", "held-out after"]
-    return markdown_table(headers, [["–" if v is None else v for v in row] for row in history])
+    headers = ["round", "admission rate", "mean turns", "rollouts / admitted", "held-out before", "held-out after",
+               "evaluation pass@1 [95% CI]"]
+    rows = []
+    for row in history:
+        cells = ["–" if v is None else v for v in row[:6]]
+        if row.evaluation_pass_at_1 is None:
+            cells.append("–")
+        else:
+            cells.append(f"{row.evaluation_pass_at_1} [{row.evaluation_ci_low}, {row.evaluation_ci_high}]")
+        rows.append(cells)
+    return markdown_table(headers, rows)
 
 
 def render_plot(history: Sequence[RoundFigures], path: Path) -> bytes:
@@ -73,6 +86,10 @@ def render_plot(history: Sequence[RoundFigures], path: Path) -> bytes:
     for name, label in [("admission_rate", "admission rate"), ("heldout_pass_rate_before", "held-out before"),
                         ("heldout_pass_rate_after", "held-out after")]:
         rates.plot(x, series(name), marker="o", label=label)
+    # The evaluation figure with its interval as a band: the one figure on a fixed set across rounds.
+    line = rates.plot(x, series("evaluation_pass_at_1"), marker="D", color="black", label="evaluation pass@1")[0]
+    rates.fill_between(x, series("evaluation_ci_low"), series("evaluation_ci_high"), color=line.get_color(), alpha=0.15,
+                       label="evaluation 95% CI")
     rates.set_ylim(0, 1)
     rates.set_ylabel("rate")
     rates.legend(fontsize="x-small", loc="upper left")

@@ -11,7 +11,8 @@ import polars as pl
 ROUND_KEY = r"^round-\d{4}$"
 # train_before/train_after: fresh rollouts on T_k with one seed, before and after
 # training (the validation rollouts chose T_k, so they are a biased "before").
-ROLLOUT_PHASES = ["validation", "train_before", "train_after", "heldout_before", "heldout_after"]
+# evaluation: the round's trained policy on the fixed evaluation set (clawloop_assets/evaluation.py).
+ROLLOUT_PHASES = ["validation", "train_before", "train_after", "heldout_before", "heldout_after", "evaluation"]
 # Only "scored" rollouts count; the others failed for infrastructure reasons and are excluded.
 ROLLOUT_STATUSES = ["scored", "verifier_error", "sandbox_error", "policy_error"]
 ROOT_CAUSES = [

@@ -12,10 +12,11 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from clawloop_assets.task_bundle import TaskBundle
+from clawloop_assets.harbor import harbor_verifier_mounts
+from clawloop_assets.task_bundle import TaskBundle, TaskBundleError
 from resources.sandbox import Mount, Sandbox, SandboxLimits
 
 VERIFIER_LIMITS = SandboxLimits(wall_seconds=30.0, cpu_seconds=20)
@@ -50,14 +51,24 @@ def run_verifier(
         result.mkdir()
         for directory in (tmp_path, tests, answer):
             os.chmod(directory, 0o755)
+        mounts = [
+            Mount(Path(final_workspace), "/workspace"),
+            Mount(tests, "/tests"),
+            Mount(answer, "/answer"),
+            Mount(result, "/result", writable=True),
+        ]
+        # An imported Harbor task's test.sh expects its WORKDIR and /logs/verifier.
+        try:
+            harbor = harbor_verifier_mounts(bundle, Path(final_workspace), tmp_path)
+        except TaskBundleError as exc:
+            return VerifierResult("error", None, error=str(exc), seconds=time.monotonic() - started)
+        if harbor is not None:
+            mounts += harbor[0]
+            limits = replace(limits, wall_seconds=max(limits.wall_seconds, harbor[1]),
+                             cpu_seconds=max(limits.cpu_seconds, int(harbor[1])))
         outcome = sandbox.run(
             VERIFIER_ARGV,
-            [
-                Mount(Path(final_workspace), "/workspace"),
-                Mount(tests, "/tests"),
-                Mount(answer, "/answer"),
-                Mount(result, "/result", writable=True),
-            ],
+            mounts,
             cwd="/tmp",
             limits=limits,
         )

@@ -12,9 +12,11 @@ from typing import Any, Iterable, Iterator, Mapping
 import dagster as dg
 import duckdb
 import polars as pl
+from pydantic import PrivateAttr
 
 from clawloop_assets import paths
 from clawloop_assets.schemas import TABLES
+from resources.run_lock import RunLock, acquire_run_lock
 
 
 def polars_schema(table: str) -> dict[str, pl.DataType]:
@@ -72,9 +74,45 @@ class DuckDBWarehouse(Warehouse):
     connections are short-lived and a locked file is retried briefly."""
 
     path: str = ""
+    _run_lock: RunLock | None = PrivateAttr(default=None)
 
     def database_path(self) -> Path:
         return Path(self.path) if self.path else paths.warehouse_path()
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """A run holds the warehouse's run lock from start to end: a second
+        run (another `clawloop run`, a UI launch) is refused, naming the
+        holder. Reads outside a run take no lock."""
+        if context.run_id is None:
+            return
+        run = context.dagster_run
+        partition = run.tags.get("dagster/partition") if run is not None else None
+        self._run_lock = acquire_run_lock(self.database_path(), context.run_id, partition)
+        try:
+            self._report_dead_holder(context, self._run_lock.previous_holder)
+        except Exception:
+            # Dagster skips teardown when setup fails: let go here.
+            self._run_lock.release()
+            self._run_lock = None
+            raise
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        if self._run_lock is not None:
+            self._run_lock.release()
+            self._run_lock = None
+
+    def _report_dead_holder(self, context: dg.InitResourceContext, holder: dict | None) -> None:
+        """The last holder died holding the lock (kill -9, power loss): nothing
+        marks its run failed on a laptop (no run monitoring), so its successor
+        does, in the same instance."""
+        if not holder or not holder.get("run_id") or context.instance is None:
+            return
+        dead = context.instance.get_run_by_id(holder["run_id"])
+        if dead is None or dead.is_finished:
+            return
+        context.instance.report_run_failed(
+            dead, f"its process (pid {holder.get('pid')}) died holding the warehouse run lock "
+                  f"(found by run {context.run_id}); its partial work is replaced by the rerun")
 
     @contextmanager
     def connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:

@@ -8,7 +8,16 @@ import dagster as dg
 import pytest
 
 from clawloop_assets import cli
-from clawloop_assets.lineage import LineageError, lineage, pattern_lineage_table, render_markdown, render_text
+from clawloop_assets.lineage import (
+    LEVEL_ASSETS,
+    PHASE_ASSETS,
+    LineageError,
+    asset_url,
+    lineage,
+    pattern_lineage_table,
+    render_markdown,
+    render_text,
+)
 from resources.warehouse import DuckDBWarehouse, table_frame
 
 R1, R2 = "round-0001", "round-0002"
@@ -215,17 +224,60 @@ def test_the_cli_prints_the_chain_and_exits_1_on_an_unknown_id(warehouse, capsys
     assert "unknown id 'no-such-id'" in str(caught.value.code)
 
 
-def test_the_pattern_table_has_one_row_per_pattern_with_its_ids(warehouse):
+def test_the_pattern_table_has_one_row_per_pattern_with_its_ids_and_links(warehouse):
     table = pattern_lineage_table(warehouse, R1)
     rows = [line.split(" | ") for line in table.splitlines()[2:]]
     assert [r[0].lstrip("| ") for r in rows] == [P_COMPUTE, P_FILES, P_MISREAD]
     compute = rows[0]
-    assert compute[1:4] == ["2", "2", f"{T1}.heldout_after.0, {T2}.heldout_after.0"]  # the pattern's examples
-    assert compute[4] == ", ".join(sorted([T1, T2]))
-    assert compute[5] == f"{STATS}.library.L0, {STATS}.sales.L0"
-    assert compute[6] == STATS and compute[7].rstrip(" |") == "library, sales"
-    assert rows[1][4:7] == [T3, f"{FILES}.sales.L1", FILES]
+    # Each level's ids, then " in " and links to the round's pages of the assets holding them.
+    ids = [cell.split(" in ")[0] for cell in compute]
+    assert compute[1:3] == ["2", "2"]
+    assert ids[3] == f"{T1}.heldout_after.0, {T2}.heldout_after.0"  # the pattern's examples
+    assert ids[4] == ", ".join(sorted([T1, T2]))
+    assert ids[5] == f"{STATS}.library.L0, {STATS}.sales.L0"
+    assert ids[6] == STATS and ids[7] == "library, sales"
+    assert [cell.split(" in ")[0] for cell in rows[1][4:7]] == [T3, f"{FILES}.sales.L1", FILES]
+    page = "/assets/{}?view=partitions&partition=" + R1
+    # The summaries are of held-out rollouts: the trained policy's, written by diagnosis_rollouts.
+    assert compute[3].endswith(f" in [diagnosis_rollouts]({page.format('diagnosis_rollouts')})")
+    assert compute[4].endswith(f" in [candidate_tasks]({page.format('candidate_tasks')}) "
+                               f"[admitted_tasks]({page.format('admitted_tasks')})")
+    assert compute[5].endswith(f" in [task_generators]({page.format('task_generators')})")
+    assert compute[6].endswith(f" in [capability_catalog]({page.format('capability_catalog')})")
+    assert compute[7].endswith(f" in [domain_catalog]({page.format('domain_catalog')})")
+    assert compute[8].rstrip(" |") == f"`clawloop lineage {P_COMPUTE}`"
     assert pattern_lineage_table(warehouse, R2) == f"No failure patterns in {R2}.\n"
+
+
+def test_the_pattern_table_links_the_rollouts_of_each_phase_its_summaries_cover(warehouse):
+    """A pattern of unsolved candidates' validation rollouts links to
+    validation_rollouts, and one spanning both phases to both assets."""
+    s5 = summary_row(f"{T1}.validation.0", T1, STATS, "computation_error") | {"phase": "validation"}
+    summaries = warehouse.read("failure_summaries", {"round": R1}).to_dicts() + [s5]
+    patterns = warehouse.read("diagnosis_patterns", {"round": R1}).to_dicts()
+    compute = next(p for p in patterns if p["pattern_id"] == P_COMPUTE)
+    compute["summary_ids"] = [*compute["summary_ids"], s5["summary_id"]]
+    compute["count"] = 3
+    validation_only = pattern_row(f"{R1}.{STATS}.misread_task.1", STATS, "misread_task", [s5])
+    warehouse.replace("failure_summaries", table_frame("failure_summaries", summaries), {"round": R1})
+    warehouse.replace("diagnosis_patterns", table_frame("diagnosis_patterns", [*patterns, validation_only]),
+                      {"round": R1})
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in
+            pattern_lineage_table(warehouse, R1).splitlines()[2:]}
+    linked = {pattern: [a for a in ("diagnosis_rollouts", "validation_rollouts") if f"[{a}](/assets/{a}?" in row[3]]
+              for pattern, row in rows.items()}
+    assert linked[P_COMPUTE] == ["diagnosis_rollouts", "validation_rollouts"]
+    assert linked[validation_only["pattern_id"]] == ["validation_rollouts"]
+    assert linked[P_FILES] == ["diagnosis_rollouts"]
+
+
+def test_the_lineage_links_open_assets_of_the_round():
+    from clawloop_assets.definitions import round_assets
+
+    names = {key.path[-1] for assets in round_assets for key in assets.keys}
+    linked = {asset for assets in LEVEL_ASSETS.values() for asset in assets} | set(PHASE_ASSETS.values())
+    assert linked <= names, linked - names
+    assert asset_url("admitted_tasks", R2) == f"/assets/admitted_tasks?view=partitions&partition={R2}"
 
 
 def test_the_diagnosis_report_links_each_pattern_to_its_lineage(clawloop_home):

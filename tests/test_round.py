@@ -9,6 +9,7 @@ from conftest import docker_sandbox
 
 from clawloop_assets.cli import why_stopped
 from clawloop_assets.definitions import defs, gate_checks, resources_for, round_assets
+from clawloop_assets.evaluation import is_evaluation_seed
 from clawloop_assets.loop_config import LoopConfig
 from resources.embedded_policy import EmbeddedPolicyModel
 from resources.openai_policy import OpenAICompatiblePolicyModel
@@ -29,6 +30,9 @@ SMALL_ROUND = LoopConfig(
     train_eval_samples=4,
     max_turns=1,
     train_batch_size=4,
+    # The evaluation set, small: two families at level 0, two samples each.
+    evaluation_capabilities=["grouped_statistics", "entity_resolution"],
+    evaluation_samples=2,
 )
 
 
@@ -88,7 +92,8 @@ def test_two_rounds_end_to_end(clawloop_home):
                   "heldout_tasks", "sft_examples", "grpo_groups", "train_pass_rate_before", "train_pass_rate_after",
                   "heldout_pass_rate_before",
                   "heldout_pass_rate_after", "patterns", "seconds", "policy_checkpoint_id", "diagnosis_report_id",
-                  "mean_turns", "rollouts_per_admitted_task", "candidates_by_route"]:
+                  "mean_turns", "rollouts_per_admitted_task", "candidates_by_route",
+                  "evaluation_pass_at_1", "evaluation_ci_low", "evaluation_ci_high", "evaluation_tasks"]:
         assert field in summary, field
     assert summary["candidates"] == 24
     assert summary["admitted"] >= 1
@@ -96,6 +101,14 @@ def test_two_rounds_end_to_end(clawloop_home):
     assert summary["admission_rate"] == pytest.approx(summary["admitted"] / 24, abs=1e-4)
     assert summary["rollouts_per_admitted_task"] == pytest.approx(summary["rollouts"] / summary["admitted"], abs=1e-4)
     assert summary["mean_turns"] is not None and summary["mean_turns"] >= 0
+    # The fixed evaluation set ran on the round's trained policy; none of its tasks was a candidate.
+    assert summary["evaluation_tasks"] == 2
+    assert summary["evaluation_ci_low"] <= summary["evaluation_pass_at_1"] <= summary["evaluation_ci_high"]
+    evaluated = DuckDBWarehouse().read("rollouts", {"round": "round-0001", "phase": "evaluation"})
+    assert evaluated.height == 2 * 2 and set(evaluated["checkpoint_id"]) == {summary["policy_checkpoint_id"]}
+    candidates = DuckDBWarehouse().read("tasks", {"round": "round-0001"})
+    assert not set(evaluated["task_id"]) & set(candidates["task_id"])
+    assert not any(is_evaluation_seed(seed) for seed in candidates["seed"])
     # The history over rounds rides on the round summary: a table and an inline plot.
     [materialization] = first.asset_materializations_for_node("round_summary")
     assert "round-0001" in materialization.metadata["rounds_table"].value

@@ -16,9 +16,11 @@ SUMMARIES = {
     # Written before mean turns and rollouts per admitted task were recorded.
     "round-0001": {"admission_rate": 0.25, "heldout_pass_rate_before": 0.1, "heldout_pass_rate_after": 0.2},
     "round-0002": {"admission_rate": 0.5, "mean_turns": 2.5, "rollouts_per_admitted_task": 16.0,
-                   "heldout_pass_rate_before": 0.2, "heldout_pass_rate_after": 0.35},
+                   "heldout_pass_rate_before": 0.2, "heldout_pass_rate_after": 0.35,
+                   "evaluation_pass_at_1": 0.15, "evaluation_ci_low": 0.04, "evaluation_ci_high": 0.42},
     "round-0003": {"admission_rate": 0.125, "mean_turns": 3.0, "rollouts_per_admitted_task": 64.0,
-                   "heldout_pass_rate_before": None, "heldout_pass_rate_after": None},
+                   "heldout_pass_rate_before": None, "heldout_pass_rate_after": None,
+                   "evaluation_pass_at_1": 0.0, "evaluation_ci_low": 0.0, "evaluation_ci_high": 0.2425},
     # Past the round being summarized: not in its history.
     "round-0004": {"admission_rate": 0.9, "mean_turns": 1.0, "rollouts_per_admitted_task": 8.0,
                    "heldout_pass_rate_before": 0.5, "heldout_pass_rate_after": 0.6},
@@ -37,8 +39,8 @@ def warehouse(tmp_path):
 def test_history_is_every_round_up_to_the_current_one_in_order(warehouse):
     assert round_history(warehouse, "round-0003") == [
         RoundFigures("round-0001", 0.25, None, None, 0.1, 0.2),
-        RoundFigures("round-0002", 0.5, 2.5, 16.0, 0.2, 0.35),
-        RoundFigures("round-0003", 0.125, 3.0, 64.0, None, None),
+        RoundFigures("round-0002", 0.5, 2.5, 16.0, 0.2, 0.35, 0.15, 0.04, 0.42),
+        RoundFigures("round-0003", 0.125, 3.0, 64.0, None, None, 0.0, 0.0, 0.2425),
     ]
     assert [row.round for row in round_history(warehouse, "round-0001")] == ["round-0001"]
 
@@ -48,9 +50,9 @@ def test_history_table_has_a_row_per_round(warehouse):
     lines = table.splitlines()
     assert lines[0].startswith("| round | admission rate |")
     assert lines[2:] == [
-        "| round-0001 | 0.25 | – | – | 0.1 | 0.2 |",
-        "| round-0002 | 0.5 | 2.5 | 16.0 | 0.2 | 0.35 |",
-        "| round-0003 | 0.125 | 3.0 | 64.0 | – | – |",
+        "| round-0001 | 0.25 | – | – | 0.1 | 0.2 | – |",
+        "| round-0002 | 0.5 | 2.5 | 16.0 | 0.2 | 0.35 | 0.15 [0.04, 0.42] |",
+        "| round-0003 | 0.125 | 3.0 | 64.0 | – | – | 0.0 [0.0, 0.2425] |",
     ]
 
 

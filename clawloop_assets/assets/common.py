@@ -8,6 +8,15 @@ import dagster as dg
 from clawloop_assets.cost import PhaseCost
 from resources.warehouse import Warehouse, table_frame
 
+# Concurrency pools, limited in the instance (dagster.production.yaml; the
+# rollouts limit by `clawloop setup` from CLAWLOOP_ROLLOUT_POOL_LIMIT). DuckDB
+# takes one writer process: the steps whose work is the warehouse run one at a
+# time. Rollout steps spend minutes on the policy server and sandboxes and
+# write once at the end (a short transaction, retried while the file is
+# locked): they run side by side, up to the pool's limit.
+WAREHOUSE_WRITER_POOL = "warehouse_writer"
+ROLLOUTS_POOL = "rollouts"
+
 
 def record_cost(warehouse: Warehouse, round_key: str, cost: PhaseCost) -> None:
     warehouse.replace("cost_ledger", table_frame("cost_ledger", [cost.row(round_key)]), {"round": round_key, "phase": cost.phase})

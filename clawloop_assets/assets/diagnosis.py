@@ -8,7 +8,8 @@ import dagster as dg
 import polars as pl
 
 from clawloop_assets import catalogs, paths, sentence_embeddings
-from clawloop_assets.assets.common import markdown_table, record_cost
+from clawloop_assets.assets.common import ROLLOUTS_POOL, WAREHOUSE_WRITER_POOL, markdown_table, record_cost
+from clawloop_assets.assets.evaluation import evaluation
 from clawloop_assets.assets.training import policy_checkpoint, training_gain
 from clawloop_assets.assets.validation import (
     collect_rollouts,
@@ -24,6 +25,7 @@ from clawloop_assets.diagnosis import (
     summarize_failures,
     summarize_with_model,
 )
+from clawloop_assets.evaluation import pass_at_1
 from clawloop_assets.lineage import pattern_lineage_table
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.partitions import round_partitions
@@ -42,7 +44,7 @@ from resources.warehouse import Warehouse, table_frame
 GROUP = "diagnosis"
 
 
-@dg.asset(partitions_def=round_partitions, group_name=GROUP, deps=[task_splits])
+@dg.asset(partitions_def=round_partitions, group_name=GROUP, pool=ROLLOUTS_POOL, deps=[task_splits])
 def heldout_baseline_rollouts(context: dg.AssetExecutionContext, warehouse: Warehouse, sandbox: Sandbox,
                               policy: PolicyModel, loop: LoopConfig) -> dg.MaterializeResult:
     """The round's input policy on E_k: the 'before' of the held-out pass rate."""
@@ -53,7 +55,7 @@ def heldout_baseline_rollouts(context: dg.AssetExecutionContext, warehouse: Ware
     return dg.MaterializeResult(metadata=rollout_metadata(rows, cost, ref))
 
 
-@dg.asset(partitions_def=round_partitions, group_name=GROUP, deps=[policy_checkpoint, heldout_baseline_rollouts])
+@dg.asset(partitions_def=round_partitions, group_name=GROUP, pool=ROLLOUTS_POOL, deps=[policy_checkpoint, heldout_baseline_rollouts])
 def diagnosis_rollouts(context: dg.AssetExecutionContext, warehouse: Warehouse, sandbox: Sandbox,
                        policy: PolicyModel, loop: LoopConfig) -> dg.MaterializeResult:
     """The trained policy on E_k, with the same seeds and sample count as the baseline."""
@@ -64,7 +66,7 @@ def diagnosis_rollouts(context: dg.AssetExecutionContext, warehouse: Warehouse, 
     return dg.MaterializeResult(metadata=rollout_metadata(rows, cost, ref))
 
 
-@dg.asset(partitions_def=round_partitions, group_name=GROUP, deps=[diagnosis_rollouts])
+@dg.asset(partitions_def=round_partitions, group_name=GROUP, pool=WAREHOUSE_WRITER_POOL, deps=[diagnosis_rollouts])
 def diagnosis_report(context: dg.AssetExecutionContext, warehouse: Warehouse, policy: PolicyModel,
                      loop: LoopConfig) -> dg.MaterializeResult:
     """Failure summaries of the trained policy on E_k (by the loop model where it
@@ -116,7 +118,8 @@ def diagnosis_report(context: dg.AssetExecutionContext, warehouse: Warehouse, po
         "root_causes": dict(Counter(s.root_cause for s in summaries)),
         "summaries_by": dict(Counter(s.produced_by for s in summaries)),
         "report": dg.MetadataValue.md(report),
-        # Each pattern -> its summaries, trajectories, tasks, generators, capability and domains (joined on ids).
+        # Each pattern -> its summaries, trajectories, tasks, generators, capability and domains (joined on ids),
+        # each level linked to this round's page of the asset holding it in the UI.
         "lineage": dg.MetadataValue.md(pattern_lineage_table(warehouse, key)),
         "path": dg.MetadataValue.path(str(path)),
     })
@@ -127,7 +130,7 @@ def _pass_rate(rollouts: pl.DataFrame, phase: str) -> float | None:
     return round(float(scored["reward"].mean()), 4) if scored.height else None
 
 
-@dg.asset(partitions_def=round_partitions, group_name=GROUP, deps=[diagnosis_report, training_gain])
+@dg.asset(partitions_def=round_partitions, group_name=GROUP, pool=WAREHOUSE_WRITER_POOL, deps=[diagnosis_report, training_gain, evaluation])
 def round_summary(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg.MaterializeResult:
     """The round in numbers: summary.json, the round_summaries row, and the cost table."""
     key = context.partition_key
@@ -143,6 +146,8 @@ def round_summary(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg
     patterns = warehouse.read("diagnosis_patterns", {"round": key})
     ledger = warehouse.read("cost_ledger", {"round": key})
     admitted = int(admissions["admitted"].sum()) if admissions.height else 0
+    # The fixed evaluation set's figure (clawloop_assets/evaluation.py); None before any evaluation rollout.
+    evaluated = pass_at_1(rollouts.filter(pl.col("phase") == "evaluation"))
     summary = {
         "round": key,
         "candidates": tasks.height,
@@ -162,6 +167,10 @@ def round_summary(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg
         "train_pass_rate_after": _pass_rate(rollouts, "train_after"),
         "heldout_pass_rate_before": _pass_rate(rollouts, "heldout_before"),
         "heldout_pass_rate_after": _pass_rate(rollouts, "heldout_after"),
+        "evaluation_pass_at_1": evaluated.pass_at_1,
+        "evaluation_ci_low": evaluated.ci_low,
+        "evaluation_ci_high": evaluated.ci_high,
+        "evaluation_tasks": evaluated.tasks,
         "patterns": [{"pattern_id": p["pattern_id"], "description": p["description"], "count": p["count"],
                       "share": round(p["share"], 4)} for p in patterns.sort("count", descending=True).iter_rows(named=True)],
         "seconds": {r["phase"]: round(r["wall_seconds"], 2) for r in ledger.iter_rows(named=True)},

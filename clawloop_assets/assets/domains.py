@@ -11,7 +11,7 @@ import shutil
 import dagster as dg
 
 from clawloop_assets import domain_graph, executable_domains
-from clawloop_assets.assets.common import markdown_table
+from clawloop_assets.assets.common import WAREHOUSE_WRITER_POOL, markdown_table
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.partitions import round_partitions
 from clawloop_assets.round_state import input_policy, workdir
@@ -21,7 +21,7 @@ from resources.warehouse import Warehouse, table_frame
 GROUP = "domain_route"
 
 
-@dg.asset(partitions_def=round_partitions, group_name=GROUP)
+@dg.asset(partitions_def=round_partitions, group_name=GROUP, pool=WAREHOUSE_WRITER_POOL)
 def domain_skill_graphs(context: dg.AssetExecutionContext, warehouse: Warehouse, policy: PolicyModel,
                         loop: LoopConfig) -> dg.MaterializeResult:
     """Tripartite graph and skills of every executable domain (built-in and

@@ -7,7 +7,7 @@ import dagster as dg
 import polars as pl
 
 from clawloop_assets import catalogs, curriculum
-from clawloop_assets.assets.common import markdown_table, record_cost
+from clawloop_assets.assets.common import WAREHOUSE_WRITER_POOL, markdown_table, record_cost
 from clawloop_assets.cost import measure
 from clawloop_assets.executable_domains import load_domains
 from clawloop_assets.loop_config import LoopConfig
@@ -31,7 +31,7 @@ from resources.warehouse import Warehouse, table_frame
 GROUP = "synthesis"
 
 
-@dg.asset(partitions_def=round_partitions, group_name=GROUP)
+@dg.asset(partitions_def=round_partitions, group_name=GROUP, pool=WAREHOUSE_WRITER_POOL)
 def capability_catalog(context: dg.AssetExecutionContext, warehouse: Warehouse, loop: LoopConfig) -> dg.MaterializeResult:
     """The capabilities this round's tasks exercise, from the synthesis routes
     switched on (`loop.synthesis_routes`: the ablation switch)."""
@@ -49,7 +49,7 @@ def capability_catalog(context: dg.AssetExecutionContext, warehouse: Warehouse, 
     })
 
 
-@dg.asset(partitions_def=round_partitions, group_name=GROUP)
+@dg.asset(partitions_def=round_partitions, group_name=GROUP, pool=WAREHOUSE_WRITER_POOL)
 def domain_catalog(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg.MaterializeResult:
     """The domains every capability is instantiated in."""
     rows = [
@@ -60,7 +60,7 @@ def domain_catalog(context: dg.AssetExecutionContext, warehouse: Warehouse) -> d
     return dg.MaterializeResult(metadata={"domains": len(rows), "domain_ids": ", ".join(r["domain_id"] for r in rows)})
 
 
-@dg.asset(partitions_def=round_partitions, group_name=GROUP, deps=[capability_catalog])
+@dg.asset(partitions_def=round_partitions, group_name=GROUP, pool=WAREHOUSE_WRITER_POOL, deps=[capability_catalog])
 def synthesis_plan(context: dg.AssetExecutionContext, warehouse: Warehouse, loop: LoopConfig) -> dg.MaterializeResult:
     """Candidates per capability and difficulty, conditioned on round k-1's diagnosis."""
     key = context.partition_key
@@ -150,7 +150,7 @@ def candidate_assignments(warehouse: Warehouse, round_key: str) -> list[tuple[Ge
     return assignments
 
 
-@dg.asset(partitions_def=round_partitions, group_name=GROUP, deps=[synthesis_plan, domain_catalog])
+@dg.asset(partitions_def=round_partitions, group_name=GROUP, pool=WAREHOUSE_WRITER_POOL, deps=[synthesis_plan, domain_catalog])
 def task_generators(context: dg.AssetExecutionContext, warehouse: Warehouse, loop: LoopConfig,
                     policy: PolicyModel) -> dg.MaterializeResult:
     """Generator programs build(seed) -> (workspace, answer key, contract), one per
@@ -213,7 +213,7 @@ def _model_writer(warehouse: Warehouse, policy: PolicyModel, loop: LoopConfig, k
     return write
 
 
-@dg.asset(partitions_def=round_partitions, group_name=GROUP, deps=[task_generators])
+@dg.asset(partitions_def=round_partitions, group_name=GROUP, pool=WAREHOUSE_WRITER_POOL, deps=[task_generators])
 def candidate_tasks(context: dg.AssetExecutionContext, warehouse: Warehouse, sandbox: Sandbox) -> dg.MaterializeResult:
     """Seeded task bundles: each generator run in the sandbox with its seeds."""
     key = context.partition_key

@@ -6,7 +6,7 @@ import json
 import dagster as dg
 import polars as pl
 
-from clawloop_assets.assets.common import markdown_table, record_cost
+from clawloop_assets.assets.common import ROLLOUTS_POOL, WAREHOUSE_WRITER_POOL, markdown_table, record_cost
 from clawloop_assets.assets.validation import collect_rollouts, round_seed, task_splits
 from clawloop_assets.checkpoints import checkpoint_id
 from clawloop_assets.cost import measure
@@ -82,7 +82,7 @@ def _train(context, warehouse, launcher, loop, job, frame, start: PolicyRef, ref
     })
 
 
-@dg.asset(partitions_def=round_partitions, group_name=GROUP, deps=[task_splits])
+@dg.asset(partitions_def=round_partitions, group_name=GROUP, pool=WAREHOUSE_WRITER_POOL, deps=[task_splits])
 def sft_checkpoint(context: dg.AssetExecutionContext, warehouse: Warehouse, policy: PolicyModel,
                    training_launcher: TrainingLauncher, loop: LoopConfig) -> dg.MaterializeResult:
     """Self-distillation: SFT on the successful trajectories of T_k, loss on action tokens only."""
@@ -95,7 +95,7 @@ def sft_checkpoint(context: dg.AssetExecutionContext, warehouse: Warehouse, poli
     return result
 
 
-@dg.asset(partitions_def=round_partitions, group_name=GROUP, deps=[sft_checkpoint])
+@dg.asset(partitions_def=round_partitions, group_name=GROUP, pool=WAREHOUSE_WRITER_POOL, deps=[sft_checkpoint])
 def policy_checkpoint(context: dg.AssetExecutionContext, warehouse: Warehouse, policy: PolicyModel,
                       training_launcher: TrainingLauncher, loop: LoopConfig) -> dg.MaterializeResult:
     """GRPO on the recorded groups of T_k, from the SFT checkpoint, KL to the round's input policy."""
@@ -112,7 +112,7 @@ def _task_pass_rates(rows: pl.DataFrame) -> pl.DataFrame:
             .agg(pl.col("reward").mean().alias("pass_rate"), pl.len().alias("samples")))
 
 
-@dg.asset(partitions_def=round_partitions, group_name=GROUP, deps=[policy_checkpoint])
+@dg.asset(partitions_def=round_partitions, group_name=GROUP, pool=ROLLOUTS_POOL, deps=[policy_checkpoint])
 def training_gain(context: dg.AssetExecutionContext, warehouse: Warehouse, sandbox: Sandbox, policy: PolicyModel,
                   loop: LoopConfig) -> dg.MaterializeResult:
     """Did training help on what it trained on? The round's input policy and the

@@ -11,7 +11,13 @@ import polars as pl
 from clawloop_assets.admission import admission_is_final, decide_admission, sequential_waves, split_tasks
 from clawloop_assets.agent_free_validation import validate_without_agent
 from clawloop_assets.agent_loop import Rollout, judged_reward, rollout_row, run_in_waves, run_rollouts
-from clawloop_assets.assets.common import histogram_table, markdown_table, record_cost
+from clawloop_assets.assets.common import (
+    ROLLOUTS_POOL,
+    WAREHOUSE_WRITER_POOL,
+    histogram_table,
+    markdown_table,
+    record_cost,
+)
 from clawloop_assets.assets.synthesis import candidate_tasks
 from clawloop_assets.cost import measure
 from clawloop_assets.loop_config import LoopConfig
@@ -31,7 +37,7 @@ from resources.warehouse import Warehouse, table_frame
 GROUP = "validation"
 
 
-@dg.asset(partitions_def=round_partitions, group_name=GROUP, deps=[candidate_tasks])
+@dg.asset(partitions_def=round_partitions, group_name=GROUP, pool=WAREHOUSE_WRITER_POOL, deps=[candidate_tasks])
 def agent_free_validation(context: dg.AssetExecutionContext, warehouse: Warehouse, sandbox: Sandbox) -> dg.MaterializeResult:
     """Oracle passes its verifier (three times alike); the untouched workspace,
     empty and perturbed deliverables fail; nothing leaks."""
@@ -102,7 +108,7 @@ def rollout_metadata(rows: pl.DataFrame, cost, ref: PolicyRef) -> dict:
     }
 
 
-@dg.asset(partitions_def=round_partitions, group_name=GROUP, deps=[agent_free_validation])
+@dg.asset(partitions_def=round_partitions, group_name=GROUP, pool=ROLLOUTS_POOL, deps=[agent_free_validation])
 def validation_rollouts(context: dg.AssetExecutionContext, warehouse: Warehouse, sandbox: Sandbox,
                         policy: PolicyModel, loop: LoopConfig) -> dg.MaterializeResult:
     """N rollouts of the current policy on every task that passed agent-free validation."""
@@ -119,7 +125,7 @@ def validation_rollouts(context: dg.AssetExecutionContext, warehouse: Warehouse,
                                           "rollouts_saved": saved})
 
 
-@dg.asset(partitions_def=round_partitions, group_name=GROUP, deps=[validation_rollouts])
+@dg.asset(partitions_def=round_partitions, group_name=GROUP, pool=WAREHOUSE_WRITER_POOL, deps=[validation_rollouts])
 def admitted_tasks(context: dg.AssetExecutionContext, warehouse: Warehouse, loop: LoopConfig) -> dg.MaterializeResult:
     """Tasks the current policy solves between N_l and N_h times out of N."""
     key = context.partition_key
@@ -147,7 +153,7 @@ def admitted_tasks(context: dg.AssetExecutionContext, warehouse: Warehouse, loop
     })
 
 
-@dg.asset(partitions_def=round_partitions, group_name=GROUP, deps=[admitted_tasks])
+@dg.asset(partitions_def=round_partitions, group_name=GROUP, pool=WAREHOUSE_WRITER_POOL, deps=[admitted_tasks])
 def task_splits(context: dg.AssetExecutionContext, warehouse: Warehouse, loop: LoopConfig) -> dg.MaterializeResult:
     """Seeded split of the admitted tasks into T_k (train) and E_k (held-out)."""
     key = context.partition_key

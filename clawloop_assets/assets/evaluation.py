@@ -1,0 +1,79 @@
+"""The evaluation asset: the round's trained policy on the fixed evaluation set
+(clawloop_assets/evaluation.py), k samples per task, pass@1 with its interval."""
+
+import time
+import zlib
+
+import dagster as dg
+
+from clawloop_assets.agent_loop import rollout_row, run_rollouts
+from clawloop_assets.assets.common import ROLLOUTS_POOL, markdown_table, record_cost
+from clawloop_assets.assets.training import policy_checkpoint
+from clawloop_assets.cost import measure
+from clawloop_assets.evaluation import evaluation_tasks, pass_at_1
+from clawloop_assets.loop_config import LoopConfig
+from clawloop_assets.partitions import round_partitions
+from clawloop_assets.round_state import round_policy, workdir
+from resources.policy import PolicyModel
+from resources.sandbox import Sandbox
+from resources.warehouse import Warehouse, table_frame
+
+GROUP = "evaluation"
+PHASE = "evaluation"
+
+
+def evaluation_sampling_seed(loop: LoopConfig) -> int:
+    """One seed for every round (not per round): the rounds' policies meet the
+    same tasks with the same sample streams, so the figure moves with the
+    policy, not with the draw."""
+    return (zlib.crc32(b"clawloop/evaluation") + loop.seed) % (2**31)
+
+
+@dg.asset(partitions_def=round_partitions, group_name=GROUP, pool=ROLLOUTS_POOL, deps=[policy_checkpoint])
+def evaluation(context: dg.AssetExecutionContext, warehouse: Warehouse, sandbox: Sandbox, policy: PolicyModel,
+               loop: LoopConfig) -> dg.MaterializeResult:
+    """pass@1 (averaged over k samples per task, the paper's Avg@k) of the
+    round's trained policy on the fixed evaluation set no round trains on:
+    our own held-out families plus any imported tasks, with a 95% interval."""
+    key = context.partition_key
+    ref = round_policy(warehouse, key, "policy")
+    settings = loop.agent_settings()
+    with measure(PHASE) as cost:
+        started = time.monotonic()
+        set_id, tasks = evaluation_tasks(sandbox, loop.evaluation_set(), log=context.log.info)
+        set_seconds = time.monotonic() - started
+        session = policy.load(ref.path)
+        try:
+            rollouts = run_rollouts(session, sandbox, [t.bundle for t in tasks], loop.evaluation_samples, settings,
+                                    workdir(key, "rollouts", PHASE), evaluation_sampling_seed(loop),
+                                    progress=context.log.info)
+        finally:
+            session.close()
+        rows = [rollout_row(r, round_key=key, phase=PHASE, checkpoint_id=ref.checkpoint_id,
+                            temperature=settings.temperature) for r in rollouts]
+        cost.rollouts = len(rows)
+        cost.tokens = sum(r["generated_tokens"] for r in rows)
+    frame = table_frame("rollouts", rows)
+    warehouse.replace("rollouts", frame, {"round": key, "phase": PHASE})
+    record_cost(warehouse, key, cost)
+    score = pass_at_1(frame)
+    by_task = {t.task_id: t for t in tasks}
+    # None (no scored rollout at all) is left out of the metadata.
+    figure = {"evaluation_pass_at_1": score.pass_at_1, "evaluation_ci_low": score.ci_low, "evaluation_ci_high": score.ci_high}
+    return dg.MaterializeResult(metadata={
+        **{name: value for name, value in figure.items() if value is not None},
+        "interval": "95% Wilson score interval over tasks (clawloop_assets/evaluation.py: pass_at_1)",
+        "evaluation_tasks": score.tasks,
+        "own_tasks": sum(t.source == "own" for t in tasks),
+        "imported_tasks": sum(t.source == "imported" for t in tasks),
+        "samples_per_task": loop.evaluation_samples,
+        "excluded_rollouts": int(frame.height - score.per_task["scored"].sum()),
+        "evaluation_set_id": set_id,
+        "policy_checkpoint_id": ref.checkpoint_id,
+        "seed": evaluation_sampling_seed(loop),
+        "set_seconds": round(set_seconds, 2),
+        "seconds": round(cost.wall_seconds, 2),
+        "per_task": markdown_table(["task", "source", "capability", "passes / k", "scored"], [
+            (r["task_id"], by_task[r["task_id"]].source, by_task[r["task_id"]].capability,
+             f"{r['passes']}/{r['samples']}", r["scored"]) for r in score.per_task.iter_rows(named=True)]),
+    })

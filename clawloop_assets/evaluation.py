@@ -1,0 +1,305 @@
+"""The fixed evaluation set and its figure: pass@1 averaged over k samples per
+task (the paper's Avg@k), with a confidence interval.
+
+The set is our own held-out families (every capability of both synthesis
+routes at fixed low levels, built by the same generators from a seed range
+synthesis never draws) plus whatever task bundles were imported under
+`$CLAWLOOP_HOME/evaluation/imported/`. It is built once, stored under
+`$CLAWLOOP_HOME/evaluation/own/` with a manifest of content hashes, and reused
+unchanged by every round: no round ever trains on it (rounds draw their own
+candidates with their own seeds and task ids).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import math
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import polars as pl
+
+from clawloop_assets import catalogs, paths
+from clawloop_assets.executable_domains import load_domains
+from clawloop_assets.synthesis import (
+    GeneratorSpec,
+    build_candidate,
+    domain_generator_spec,
+    generator_spec,
+    task_id_for,
+    write_generator,
+)
+from clawloop_assets.task_bundle import TaskBundle, TaskBundleError, load_task_bundle
+from resources.sandbox import Sandbox
+
+# Synthesis draws seed `round_number * 1000 + j` (j < the plan's candidates),
+# so its seeds stay below 10**7 + candidates_per_round for rounds 1..9999.
+# Evaluation seeds live far above that and below 2**31 (every generator and
+# sampler takes them): EVALUATION_SEED_BASE + 1000 * level + index.
+EVALUATION_SEED_BASE = 2_000_000_000
+SEEDS_PER_LEVEL = 1000
+MAX_LEVEL = 5  # the levels synthesis plans (schemas.SynthesisPlans)
+# Task ids of the set are "evaluation.<generator>.s<seed>"; a round's are "round-NNNN.<...>".
+EVALUATION_KEY = "evaluation"
+MANIFEST = "manifest.json"
+# 95% two-sided normal quantile for the interval.
+Z_95 = 1.959963984540054
+
+
+class EvaluationSetError(RuntimeError):
+    """The evaluation set cannot be used as it is; the message names the bundle."""
+
+
+@dataclass(frozen=True)
+class EvaluationSetSpec:
+    """Which tasks form the own part of the set. Empty capabilities: every
+    capability of both synthesis routes (not only the routes a round has on:
+    the set must not change with the ablation switch)."""
+
+    capabilities: tuple[str, ...] = ()
+    levels: tuple[int, ...] = (0,)
+    seeds_per_cell: int = 1
+
+    def __post_init__(self):
+        if not self.levels or any(not 0 <= level <= MAX_LEVEL for level in self.levels):
+            raise ValueError(f"evaluation levels must be a non-empty list within 0..{MAX_LEVEL}, got {list(self.levels)}")
+        if not 1 <= self.seeds_per_cell <= SEEDS_PER_LEVEL:
+            raise ValueError(f"evaluation seeds per cell must be in 1..{SEEDS_PER_LEVEL}, got {self.seeds_per_cell}")
+        known = [c.id for c in catalogs.round_capabilities(catalogs.ROUTES)]
+        unknown = sorted(set(self.capabilities) - set(known))
+        if unknown:
+            raise ValueError(f"evaluation capabilities {unknown} are unknown; choose from {known}")
+
+
+@dataclass(frozen=True)
+class EvaluationTask:
+    source: str  # "own" or "imported"
+    task_id: str
+    capability: str
+    bundle: TaskBundle
+
+
+@dataclass(frozen=True)
+class PassAtOne:
+    """pass@1 averaged over each task's scored samples, then over tasks."""
+
+    pass_at_1: float | None
+    ci_low: float | None
+    ci_high: float | None
+    tasks: int  # tasks with at least one scored sample (the n of the interval)
+    per_task: pl.DataFrame  # task_id, passes, scored, samples, pass_rate
+
+
+def evaluation_seed(level: int, index: int) -> int:
+    return EVALUATION_SEED_BASE + SEEDS_PER_LEVEL * level + index
+
+
+def is_evaluation_seed(seed: int) -> bool:
+    return EVALUATION_SEED_BASE <= seed < EVALUATION_SEED_BASE + SEEDS_PER_LEVEL * (MAX_LEVEL + 1)
+
+
+def own_dir() -> Path:
+    return paths.clawloop_home() / "evaluation" / "own"
+
+
+def planned_tasks(spec: EvaluationSetSpec) -> list[tuple[GeneratorSpec, int]]:
+    """(generator, seed) of every own task, in a fixed order. Each capability's
+    domain depends on its place in the full catalog, so a smaller set is a
+    subset of the default one, never a reshuffle."""
+    everything = catalogs.round_capabilities(catalogs.ROUTES)
+    chosen = set(spec.capabilities) or {c.id for c in everything}
+    domains = catalogs.load_domain_catalog()
+    executable = load_domains() if catalogs.DOMAIN_WORKFLOW.id in chosen else []
+    planned = []
+    for position, capability in enumerate(everything):
+        if capability.id not in chosen:
+            continue
+        for level in spec.levels:
+            for index in range(spec.seeds_per_cell):
+                if catalogs.route_of(capability.id) == "domain":
+                    generator = domain_generator_spec(capability, executable[(level + index) % len(executable)], level)
+                else:
+                    domain = domains[(11 * position + 3 * level + index) % len(domains)]
+                    generator = generator_spec(capability, domain, level)
+                planned.append((generator, evaluation_seed(level, index)))
+    return planned
+
+
+def bundle_digest(root: Path) -> str:
+    """sha256 over every path and file of a bundle (sorted), the manifest's content hash."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(root).rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        digest.update(rel.encode() + b"\0")
+        if path.is_file() and not path.is_symlink():
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def _spec_document(spec: EvaluationSetSpec) -> dict:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(spec).items()}
+
+
+def _build_one(sandbox: Sandbox, root: Path, generator: GeneratorSpec, seed: int) -> Path:
+    directory = write_generator(generator, root / "generators" / generator.generator_id)
+    build = build_candidate(sandbox, directory, generator, seed, EVALUATION_KEY, root / "tasks")
+    if not build.ok:
+        raise EvaluationSetError(f"evaluation task {build.task_id} could not be built: {build.error}")
+    return build.bundle_dir
+
+
+def _read_manifest(root: Path) -> dict | None:
+    try:
+        manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) and isinstance(manifest.get("tasks"), list) else None
+
+
+def ensure_own_set(sandbox: Sandbox, spec: EvaluationSetSpec, log: Callable[[str], None] = lambda m: None) -> tuple[str, list[EvaluationTask]]:
+    """The own part of the set as (set_id, tasks): built on first use (or when
+    the spec changed, or the manifest is missing or unreadable), verified
+    against the manifest's content hashes after that. A damaged bundle is
+    rebuilt from its generator and seed (same seed, same bytes); one whose
+    rebuild fails or differs from the manifest raises EvaluationSetError."""
+    root = own_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    # Two runs at once (the nightly schedule and a manual run) build the set once.
+    with open(root.parent / ".own.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        manifest = _read_manifest(root)
+        planned = planned_tasks(spec)
+        if manifest is None or manifest.get("spec") != _spec_document(spec):
+            why = "none built yet" if not (root / MANIFEST).exists() else (
+                "its manifest is unreadable" if manifest is None else "its spec changed")
+            log(f"building the evaluation set ({len(planned)} tasks): {why}")
+            manifest = _build_all(sandbox, root, spec, planned)
+        else:
+            by_id = {entry["task_id"]: entry for entry in manifest["tasks"]}
+            for generator, seed in planned:
+                task_id = task_id_for(EVALUATION_KEY, generator, seed)
+                entry = by_id.get(task_id)
+                if entry is None:
+                    raise EvaluationSetError(f"{root / MANIFEST} lacks evaluation task {task_id} of its own spec: "
+                                             f"delete {root} to rebuild the set")
+                bundle = root / entry["bundle"]
+                if bundle.is_dir() and bundle_digest(bundle) == entry["sha256"]:
+                    continue
+                log(f"evaluation task {task_id} is damaged or missing at {bundle}: rebuilding it")
+                try:
+                    rebuilt = _build_one(sandbox, root, generator, seed)
+                except EvaluationSetError as exc:
+                    raise EvaluationSetError(f"evaluation bundle {bundle} is damaged and cannot be rebuilt: {exc}") from exc
+                if bundle_digest(rebuilt) != entry["sha256"]:
+                    raise EvaluationSetError(
+                        f"evaluation bundle {bundle} is damaged and its rebuild differs from the manifest's hash "
+                        f"(its generator changed since the set was built): delete {root} to build a new set")
+        tasks = []
+        for entry in manifest["tasks"]:
+            try:
+                bundle = load_task_bundle(root / entry["bundle"])
+            except TaskBundleError as exc:
+                raise EvaluationSetError(f"evaluation bundle {entry['task_id']}: {exc}") from exc
+            tasks.append(EvaluationTask("own", bundle.task_id, bundle.capability, bundle))
+        return manifest["set_id"], tasks
+
+
+def _build_all(sandbox: Sandbox, root: Path, spec: EvaluationSetSpec, planned) -> dict:
+    for part in ("tasks", "generators", MANIFEST):
+        target = root / part
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+    entries = []
+    for generator, seed in planned:
+        bundle = _build_one(sandbox, root, generator, seed)
+        entries.append({"task_id": bundle.name, "capability": generator.capability, "domain": generator.domain,
+                        "difficulty": generator.difficulty, "seed": seed, "bundle": bundle.relative_to(root).as_posix(),
+                        "sha256": bundle_digest(bundle)})
+    set_id = hashlib.sha256(json.dumps([_spec_document(spec), entries], sort_keys=True).encode()).hexdigest()[:16]
+    manifest = {"set_id": set_id, "spec": _spec_document(spec), "tasks": entries}
+    # The manifest is written last: its presence means the set is complete.
+    temporary = root / (MANIFEST + ".tmp")
+    temporary.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    temporary.replace(root / MANIFEST)
+    return manifest
+
+
+def imported_tasks() -> list[EvaluationTask]:
+    """Every task bundle under the imports directory (none is fine); a
+    malformed one raises, naming it. Hidden entries (an import in progress) are skipped."""
+    directory = paths.evaluation_imports_dir()
+    if not directory.is_dir():
+        return []
+    tasks = []
+    for path in sorted(directory.iterdir()):
+        if path.name.startswith("."):
+            continue
+        try:
+            bundle = load_task_bundle(path)
+        except TaskBundleError as exc:
+            raise EvaluationSetError(f"imported evaluation task {path.name} is malformed: {exc}") from exc
+        tasks.append(EvaluationTask("imported", bundle.task_id, bundle.capability, bundle))
+    return tasks
+
+
+def evaluation_tasks(sandbox: Sandbox, spec: EvaluationSetSpec,
+                     log: Callable[[str], None] = lambda m: None) -> tuple[str, list[EvaluationTask]]:
+    """The whole set (own, then imported) and the own part's set id."""
+    set_id, own = ensure_own_set(sandbox, spec, log)
+    tasks = own + imported_tasks()
+    seen: dict[str, EvaluationTask] = {}
+    for task in tasks:
+        if task.task_id in seen:
+            raise EvaluationSetError(f"evaluation task id {task.task_id} is used by both {seen[task.task_id].bundle.root} "
+                                     f"and {task.bundle.root}")
+        seen[task.task_id] = task
+    return set_id, tasks
+
+
+def wilson_interval(p: float, n: int, z: float = Z_95) -> tuple[float, float]:
+    """The Wilson score interval for a proportion p observed over n units."""
+    if n < 1:
+        raise ValueError(f"a confidence interval needs at least one task, got n={n}")
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"a pass rate lies in [0, 1], got {p}")
+    denominator = 1 + z * z / n
+    center = (p + z * z / (2 * n)) / denominator
+    half = z / denominator * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, center - half), min(1.0, center + half)
+
+
+def pass_at_1(rollouts: pl.DataFrame) -> PassAtOne:
+    """pass@1 of evaluation rollouts: each task's mean reward over its scored
+    samples (the unbiased pass@1 estimate from k samples), averaged over tasks.
+
+    The interval is a Wilson score interval on that task-level mean with n =
+    the number of tasks. Tasks, not samples, are the unit: the k samples of a
+    task are correlated, so counting them as n independent trials would claim
+    k times too much. With task rates p_t of mean p, the variance of one
+    task's k-sample mean is Var(p_t) + E[p_t (1 - p_t)] / k, at most
+    Var(p_t) + E[p_t (1 - p_t)] = p (1 - p), the Bernoulli variance Wilson
+    assumes: the interval is conservative for both the choice of tasks and
+    the sampling within them.
+    Unlike a bootstrap over a dozen tasks, it is closed-form (the same figure
+    every time), and it does not collapse to [0, 0] when a weak policy passes
+    nothing, which the 135M policy often does."""
+    scored = rollouts.filter(pl.col("status") == "scored")
+    per_task = (rollouts.group_by("task_id").agg(samples=pl.len())
+                .join(scored.group_by("task_id").agg(passes=(pl.col("reward") >= 1.0).sum().cast(pl.Int64),
+                                                     scored=pl.len(), pass_rate=pl.col("reward").mean()),
+                      on="task_id", how="left")
+                .with_columns(pl.col("scored").fill_null(0), pl.col("passes").fill_null(0))
+                .select("task_id", "passes", "scored", "samples", "pass_rate").sort("task_id"))
+    rates = per_task["pass_rate"].drop_nulls().to_list()
+    if not rates:
+        return PassAtOne(None, None, None, 0, per_task)
+    mean = sum(rates) / len(rates)
+    low, high = wilson_interval(mean, len(rates))
+    return PassAtOne(round(mean, 4), round(low, 4), round(high, 4), len(rates), per_task)

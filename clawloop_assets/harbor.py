@@ -1,0 +1,915 @@
+"""Harbor task format, both ways: the layout of Harbor, SkillsBench and
+Terminal-Bench 2 tasks
+
+```
+instruction.md       what the agent reads
+task.toml            [metadata], [verifier], [agent], [environment] (fields read: see _read_task_toml)
+environment/         the build context: a Dockerfile (FROM, WORKDIR, RUN, COPY) and the files it copies
+solution/solve.sh    the oracle, run in the WORKDIR
+tests/test.sh        the verifier: writes a number in [0, 1] to /logs/verifier/reward.txt
+```
+
+Import turns such a task into our TaskBundle, run unchanged by run_rollouts
+and run_verifier: capability "harbor", the Dockerfile's COPYs replayed into
+environment/ (the agent's /workspace), the Harbor tests/ kept as they are,
+and tests/verify.py a wrapper that runs tests/test.sh inside the verifier's
+sandbox and turns reward.txt into our result. The Harbor check lives in one
+place, the answer.json check of type "harbor_test_sh": run_verifier asks
+`harbor_verifier_mounts` for the WORKDIR (a writable copy of the final
+workspace) and a writable /logs/verifier. The agent and the oracle work in
+/workspace: the WORKDIR path in instruction.md and solve.sh is rewritten.
+
+A task whose environment needs what our sandbox lacks (a package, a base
+image, GPUs, the network, a build step we cannot replay) is not runnable
+here: the import result says so, with the file and the missing thing, and
+writes no bundle. Packages are probed inside the real sandbox.
+
+Export writes one of our bundles in the same layout, its verifier
+(generators/verify.py with answer.json) copied into tests/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import stat
+import tempfile
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from clawloop_assets.task_bundle import TaskBundle, TaskBundleError, load_task_bundle, write_task_toml
+from resources.sandbox import Mount, Sandbox, SandboxError, SandboxLimits, special_files
+
+HARBOR_CAPABILITY = "harbor"
+CHECK_TYPE = "harbor_test_sh"
+MANIFEST_NAME = ".harbor-import.json"  # hidden: the evaluation set loads the bundle directories beside it
+REWARD_DIR = "/logs/verifier"
+DEFAULT_VERIFIER_TIMEOUT_S = 120.0
+MAX_VERIFIER_TIMEOUT_S = 600.0
+MAX_COMMAND_TIMEOUT_S = 60.0
+IMPORTED_MAX_TURNS = 30
+EXPORT_BASE_IMAGE = "python:3.11-slim"
+EXPORT_WORKDIR = "/app"
+# Our verifier under a name of its own in an exported tests/: an imported
+# task's tests/verify.py is our wrapper.
+EXPORTED_VERIFIER = "clawloop_verify.py"
+
+# A WORKDIR is mounted over this path in the verifier's sandbox: never over
+# the system or the harness's own mount points.
+_RESERVED_ROOTS = {"", "bin", "boot", "dev", "etc", "lib", "lib64", "proc", "run", "sbin", "sys", "tmp", "usr", "var",
+                   "tests", "answer", "result", "workspace", "solution", "logs"}
+_DIFFICULTY = {"easy": 2, "medium": 4, "hard": 7}
+# Dockerfile base images whose runtime we can tell our sandbox provides, by
+# the tool that image exists for. Any other image is not runnable here.
+_BASE_IMAGE_TOOLS = (
+    (re.compile(r"(^|[/-])python[:\-]|python-3"), ("python3",)),
+    (re.compile(r"(^|/)(ubuntu|debian)[:\-]|ubuntu-\d|debian-"), ("bash",)),
+    (re.compile(r"(^|/)node[:\-]"), ("node",)),
+    (re.compile(r"(^|/)golang[:\-]"), ("go",)),
+    (re.compile(r"(^|/)rust[:\-]"), ("cargo",)),
+    (re.compile(r"(^|/)(openjdk|eclipse-temurin)[:\-]"), ("java",)),
+)
+# apt packages whose binaries are not named like the package.
+_APT_BINARIES = {
+    "build-essential": ("gcc", "g++", "make"), "nodejs": ("node",), "golang": ("go",), "golang-go": ("go",),
+    "default-jdk": ("java",), "default-jre": ("java",), "procps": ("ps",), "iproute2": ("ip",),
+    "net-tools": ("netstat",), "dnsutils": ("dig",), "iputils-ping": ("ping",), "openssh-client": ("ssh",),
+    "ripgrep": ("rg",), "fd-find": ("fdfind",), "r-base": ("R",), "python3-pip": ("pip3",),
+    "python3-venv": (), "python-is-python3": ("python",), "coreutils": ("ls",), "findutils": ("find",),
+    "diffutils": ("diff",), "bsdmainutils": ("column",), "sqlite3": ("sqlite3",),
+}
+# apt packages that change nothing a sandbox without network can use.
+_APT_NOOP = {"ca-certificates", "locales", "apt-utils", "gnupg", "lsb-release", "software-properties-common"}
+_APT_PATHS = {"tzdata": "/usr/share/zoneinfo"}
+# pip distributions imported under another name.
+_PIP_MODULES = {
+    "scikit-learn": "sklearn", "pyyaml": "yaml", "beautifulsoup4": "bs4", "pillow": "PIL", "opencv-python": "cv2",
+    "opencv-python-headless": "cv2", "python-dateutil": "dateutil", "protobuf": "google.protobuf", "attrs": "attr",
+    "typing-extensions": "typing_extensions", "scikit-image": "skimage", "pytest-json-ctrf": "pytest_jsonctrf",
+}
+_ENV_IGNORED = {"DEBIAN_FRONTEND", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PIP_NO_CACHE_DIR",
+                "PIP_DISABLE_PIP_VERSION_CHECK", "TERM", "LANG", "LC_ALL"}
+_IGNORED_INSTRUCTIONS = {"LABEL", "EXPOSE", "CMD", "ENTRYPOINT", "ARG", "USER", "SHELL", "MAINTAINER", "STOPSIGNAL",
+                         "HEALTHCHECK", "VOLUME", "ONBUILD"}
+# A script line that fetches from the network; the sandbox has none.
+_NETWORK_USE = re.compile(
+    r"\b(curl|wget|uvx|git\s+clone|apt-get|apt\s+install|npm\s+(install|i|ci)|(pip3?|uv\s+pip|uv)\s+(install|add|sync))\b"
+)
+
+
+class HarborTaskError(ValueError):
+    """A Harbor task directory is malformed; the message names the file."""
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    task_id: str
+    source: Path
+    runnable: bool
+    bundle_dir: Path | None  # None when not runnable: no bundle is written
+    reasons: tuple[str, ...] = ()  # why not runnable, or notes on a runnable one
+
+    def as_row(self) -> dict:
+        return {"task_id": self.task_id, "source": str(self.source), "runnable": self.runnable,
+                "bundle_dir": str(self.bundle_dir) if self.bundle_dir else None, "reasons": list(self.reasons)}
+
+
+@dataclass
+class _Environment:
+    """What the Dockerfile asks for, as far as we replay it."""
+
+    workdir: str | None = None
+    base_image: str | None = None
+    copies: list[tuple[list[str], str]] = field(default_factory=list)  # (sources in the context, absolute target)
+    directories: list[str] = field(default_factory=list)  # absolute paths from `RUN mkdir`
+    binaries: dict[str, str] = field(default_factory=dict)  # binary -> what asks for it
+    modules: dict[str, str] = field(default_factory=dict)
+    paths: dict[str, str] = field(default_factory=dict)
+    reasons: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------- import
+
+
+def import_harbor_task(src_dir: Path, dest_root: Path, sandbox: Sandbox | None = None) -> ImportResult:
+    """Import one Harbor task into `dest_root/<task_id>/` as our bundle, or
+    say why it does not run here. Raises HarborTaskError for a malformed task."""
+    from resources.sandbox import BubblewrapSandbox
+
+    src = Path(src_dir)
+    sandbox = sandbox or BubblewrapSandbox()
+    task_id = _task_id(src.name)
+    _check_tree(src)
+    instruction = _read_text(src / "instruction.md")
+    if not instruction.strip():
+        raise HarborTaskError(f"{src / 'instruction.md'}: empty instruction")
+    config = _read_task_toml(src / "task.toml")
+    test_sh = _read_text(src / "tests" / "test.sh")  # required: it is the verifier
+    solve_path = src / "solution" / "solve.sh"
+    solve = _read_text(solve_path) if solve_path.exists() else None
+    if not (src / "environment").is_dir():
+        raise HarborTaskError(f"{src / 'environment'}: missing directory (the task's build context)")
+
+    reasons = list(config["reasons"])
+    dockerfile = src / "environment" / "Dockerfile"
+    if dockerfile.is_file():
+        env = _parse_dockerfile(dockerfile, src / "environment")
+    else:
+        env = _Environment(reasons=[f"{dockerfile}: missing" + (
+            f"; task.toml names the prebuilt image {config['docker_image']!r}, which our sandbox cannot run"
+            if config["docker_image"] else "")])
+    reasons += env.reasons
+    for path, text in ((src / "tests" / "test.sh", test_sh), (solve_path, solve or "")):
+        for line in text.splitlines():
+            if not line.lstrip().startswith("#") and _NETWORK_USE.search(line):
+                reasons.append(f"{path}: `{line.strip()[:120]}` needs the network, which our sandbox does not have")
+                break
+    if (src / "tests" / "verify.py").exists():
+        reasons.append(f"{src / 'tests' / 'verify.py'}: the name of our verifier entry point; rename it to import")
+    if env.binaries or env.modules or env.paths:
+        reasons += _missing_in_sandbox(sandbox, env, dockerfile)
+    dest_root = Path(dest_root)
+    if reasons:
+        stale = dest_root / task_id
+        if (stale / "task.toml").is_file() and 'generator_id = "harbor-import"' in (stale / "task.toml").read_text():
+            shutil.rmtree(stale)  # an earlier import of it: the evaluation set must not run it now
+            reasons.append(f"{stale}: the bundle of an earlier import was removed")
+        return ImportResult(task_id, src, False, None, tuple(reasons))
+
+    dest_root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{task_id}.tmp-", dir=dest_root))
+    try:
+        notes = _write_bundle(staging, src, task_id, instruction, config, env, solve)
+        load_task_bundle(staging)  # what the harness will do with it
+        final = dest_root / task_id
+        if final.exists():
+            shutil.rmtree(final)
+        staging.rename(final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return ImportResult(task_id, src, True, final, tuple(notes))
+
+
+def import_harbor_directory(src: Path, dest_root: Path, sandbox: Sandbox | None = None) -> tuple[list[ImportResult], Path]:
+    """Import `src` (one task, or a directory of tasks) into `dest_root`;
+    every task is listed, a malformed one as not runnable with its error.
+    Returns the results and the manifest written (atomically) beside the bundles."""
+    src, dest_root = Path(src), Path(dest_root)
+    if not src.is_dir():
+        raise HarborTaskError(f"{src}: not a directory")
+    if (src / "task.toml").exists() or (src / "instruction.md").exists():
+        task_dirs = [src]
+    else:
+        task_dirs = sorted(p for p in src.iterdir() if p.is_dir() and not p.name.startswith("."))
+        if not task_dirs:
+            raise HarborTaskError(f"{src}: neither a Harbor task (no task.toml) nor a directory of tasks")
+    results, seen = [], {}
+    for task_dir in task_dirs:
+        try:
+            task_id = _task_id(task_dir.name)
+        except HarborTaskError as exc:
+            results.append(ImportResult(task_dir.name, task_dir, False, None, (f"malformed: {exc}",)))
+            continue
+        if task_id in seen:
+            results.append(ImportResult(task_id, task_dir, False, None,
+                                        (f"{task_dir}: its task id {task_id!r} is also {seen[task_id]}'s",)))
+            continue
+        seen[task_id] = task_dir
+        try:
+            results.append(import_harbor_task(task_dir, dest_root, sandbox))
+        except (HarborTaskError, TaskBundleError) as exc:
+            results.append(ImportResult(task_id, task_dir, False, None, (f"malformed: {exc}",)))
+    dest_root.mkdir(parents=True, exist_ok=True)
+    manifest = {
+        "source": str(src), "imported_at": time.time(),
+        "runnable": [r.as_row() for r in results if r.runnable],
+        "not_runnable": [r.as_row() for r in results if not r.runnable],
+    }
+    path = dest_root / MANIFEST_NAME
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return results, path
+
+
+def render_import_table(results: list[ImportResult]) -> str:
+    lines = [f"{'task':<32} {'status':<13} reason"]
+    for r in sorted(results, key=lambda r: (not r.runnable, r.task_id)):
+        status = "runnable" if r.runnable else "NOT RUNNABLE"
+        reasons = list(r.reasons) or [str(r.bundle_dir)]
+        lines.append(f"{r.task_id:<32} {status:<13} {reasons[0]}")
+        lines += [f"{'':<46} {reason}" for reason in reasons[1:]]
+    runnable = sum(r.runnable for r in results)
+    lines.append(f"{runnable} runnable, {len(results) - runnable} not runnable here")
+    return "\n".join(lines) + "\n"
+
+
+def _task_id(name: str) -> str:
+    task_id = re.sub(r"[^a-z0-9_-]+", "-", name.lower()).strip("-")
+    if not task_id:
+        raise HarborTaskError(f"{name!r}: cannot make a task id of this directory name")
+    return task_id
+
+
+def _check_tree(root: Path) -> None:
+    if not root.is_dir():
+        raise HarborTaskError(f"{root}: not a directory")
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        for name in dirnames + filenames:
+            mode = (Path(dirpath) / name).lstat().st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                raise HarborTaskError(f"{Path(dirpath) / name}: only regular files and directories are imported "
+                                      "(no symlinks)")
+
+
+def _read_text(path: Path) -> str:
+    if not path.is_file():
+        raise HarborTaskError(f"{path}: missing file")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise HarborTaskError(f"{path}: not UTF-8 text ({exc})") from None
+
+
+def _read_task_toml(path: Path) -> dict[str, Any]:
+    """The task.toml fields we read: [metadata] difficulty and category;
+    [verifier] timeout_sec and env; [agent] timeout_sec; [environment] gpus
+    and docker_image. Read but not enforced: cpus, memory(_mb), storage(_mb),
+    build_timeout_sec; allow_internet (a permission, not a need: scripts that
+    fetch are found in test.sh and solve.sh instead)."""
+    try:
+        data = tomllib.loads(_read_text(path))
+    except tomllib.TOMLDecodeError as exc:
+        raise HarborTaskError(f"{path}: not valid TOML ({exc})") from None
+
+    def table(name: str) -> dict:
+        value = data.get(name, {})
+        if not isinstance(value, dict):
+            raise HarborTaskError(f"{path}: [{name}] must be a table")
+        return value
+
+    def number(tbl: str, name: str, default: float) -> float:
+        value = table(tbl).get(name, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise HarborTaskError(f"{path}: [{tbl}] {name} must be a positive number, got {value!r}")
+        return float(value)
+
+    metadata, environment = table("metadata"), table("environment")
+    verifier_env = table("verifier").get("env", {})
+    if not isinstance(verifier_env, dict) or not all(isinstance(v, str) for v in verifier_env.values()):
+        raise HarborTaskError(f"{path}: [verifier] env must be a table of strings")
+    difficulty = metadata.get("difficulty", "medium")
+    if isinstance(difficulty, int) and not isinstance(difficulty, bool) and 0 <= difficulty <= 9:
+        level = difficulty
+    else:
+        level = _DIFFICULTY.get(str(difficulty).lower(), _DIFFICULTY["medium"])
+    reasons = []
+    gpus = environment.get("gpus", 0)
+    if isinstance(gpus, bool) or not isinstance(gpus, int):
+        raise HarborTaskError(f"{path}: [environment] gpus must be an integer, got {gpus!r}")
+    if gpus > 0:
+        reasons.append(f"{path}: [environment] gpus = {gpus}; our sandbox has no GPU")
+    docker_image = environment.get("docker_image")
+    return {
+        "difficulty": level,
+        "domain": re.sub(r"[^a-z0-9_-]+", "-", str(metadata.get("category") or "harbor").lower()).strip("-") or "harbor",
+        "verifier_timeout_s": min(number("verifier", "timeout_sec", DEFAULT_VERIFIER_TIMEOUT_S), MAX_VERIFIER_TIMEOUT_S),
+        "agent_timeout_s": number("agent", "timeout_sec", MAX_COMMAND_TIMEOUT_S),
+        "verifier_env": dict(verifier_env),
+        "docker_image": docker_image if isinstance(docker_image, str) else None,
+        "reasons": reasons,
+    }
+
+
+def _dockerfile_instructions(path: Path) -> list[tuple[int, str, str]]:
+    """(line number, INSTRUCTION, arguments), continuation lines joined."""
+    out, pending, start = [], "", 0
+    for number, raw in enumerate(_read_text(path).splitlines(), 1):
+        line = raw.strip()
+        if not pending and (not line or line.startswith("#")):
+            continue
+        if pending and line.startswith("#"):
+            continue
+        start = start or number
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        text = (pending + line).strip()
+        pending = ""
+        if text:
+            keyword, _, args = text.partition(" ")
+            out.append((start, keyword.upper(), args.strip()))
+        start = 0
+    if pending:
+        raise HarborTaskError(f"{path}: ends inside a continued line")
+    return out
+
+
+def _parse_dockerfile(path: Path, context: Path) -> _Environment:
+    env = _Environment()
+    workdir = "/"
+    for number, keyword, args in _dockerfile_instructions(path):
+        where = f"{path}:{number}"
+        if keyword == "FROM":
+            if env.base_image is not None:
+                env.reasons.append(f"{where}: a multi-stage build (second FROM); our sandbox replays one stage")
+            env.base_image = args.split()[0] if args else ""
+            tools = next((t for pattern, t in _BASE_IMAGE_TOOLS if pattern.search(env.base_image.lower())), None)
+            if tools is None:
+                env.reasons.append(f"{where}: base image {env.base_image!r} is not one whose tools we can check for")
+            for tool in tools or ():
+                env.binaries.setdefault(tool, f"{where} (FROM {env.base_image})")
+        elif keyword == "WORKDIR":
+            if "$" in args:
+                env.reasons.append(f"{where}: WORKDIR {args!r} uses a variable; our sandbox replays no ARG or ENV")
+            workdir = os.path.normpath(str(PurePosixPath(workdir) / args.strip().strip('"')))
+        elif keyword in ("COPY", "ADD"):
+            _parse_copy(env, where, keyword, args, workdir, context)
+        elif keyword == "RUN":
+            _parse_run(env, where, args, workdir, context)
+        elif keyword == "ENV":
+            names = [part.split("=", 1)[0] for part in _split(args, where, env)] if "=" in args else args.split()[:1]
+            for name in names:
+                if name not in _ENV_IGNORED:
+                    env.reasons.append(f"{where}: ENV {name} is set for the task; our sandbox sets a fixed environment")
+        elif keyword not in _IGNORED_INSTRUCTIONS:
+            env.reasons.append(f"{where}: {keyword} is not a Dockerfile instruction we replay")
+    if env.base_image is None:
+        env.reasons.append(f"{path}: no FROM")
+    if workdir == "/":
+        env.reasons.append(f"{path}: no WORKDIR; the task's working directory is unknown")
+    elif not _safe_workdir(workdir):
+        env.reasons.append(f"{path}: WORKDIR {workdir} is a system path or one of our sandbox's mount points")
+    else:
+        env.workdir = workdir
+        for sources, target in env.copies:
+            if not _within(target, workdir):
+                env.reasons.append(f"{path}: COPY {' '.join(sources)} to {target}, outside the WORKDIR {workdir}; "
+                                   "our sandbox provides only the WORKDIR")
+    return env
+
+
+def _split(args: str, where: str, env: _Environment) -> list[str]:
+    try:
+        return shlex.split(args, comments=False)
+    except ValueError as exc:
+        env.reasons.append(f"{where}: cannot parse {args!r} ({exc})")
+        return []
+
+
+def _parse_copy(env: _Environment, where: str, keyword: str, args: str, workdir: str, context: Path) -> None:
+    if args.startswith("["):
+        try:
+            parts = json.loads(args)
+        except json.JSONDecodeError:
+            env.reasons.append(f"{where}: cannot parse {keyword} {args}")
+            return
+    else:
+        parts = _split(args, where, env)
+    flags = [p for p in parts if p.startswith("--")]
+    parts = [p for p in parts if not p.startswith("--")]
+    if any(f.startswith("--from") for f in flags):
+        env.reasons.append(f"{where}: {keyword} --from another stage; our sandbox replays one stage")
+        return
+    if len(parts) < 2:
+        env.reasons.append(f"{where}: {keyword} needs a source and a target")
+        return
+    sources, target = parts[:-1], parts[-1]
+    for source in sources:
+        if keyword == "ADD" and re.search(r"\.(tar|tgz|tbz2|txz)(\.\w+)?$", source):
+            env.reasons.append(f"{where}: ADD {source} unpacks an archive, which we do not replay")
+            return
+        if re.match(r"[a-z]+://", source):
+            env.reasons.append(f"{where}: {keyword} from {source} needs the network")
+            return
+        resolved = os.path.normpath(source)
+        if resolved.startswith("..") or os.path.isabs(resolved):
+            env.reasons.append(f"{where}: {keyword} source {source!r} is outside the build context")
+            return
+        if not _context_matches(context, source):
+            env.reasons.append(f"{where}: {keyword} source {source!r} is not in {context}")
+            return
+    absolute = str(PurePosixPath(workdir) / target)
+    if target.endswith("/") or target in (".", "./"):
+        absolute += "/"
+    env.copies.append((sources, absolute))
+
+
+def _context_matches(context: Path, source: str) -> list[Path]:
+    """What a COPY source names in the build context (sources are checked to stay inside it)."""
+    resolved = os.path.normpath(source)
+    if resolved == ".":
+        return [context]
+    if any(c in resolved for c in "*?["):
+        return sorted(context.glob(resolved))
+    return [context / resolved] if (context / resolved).exists() else []
+
+
+def _parse_run(env: _Environment, where: str, args: str, workdir: str, context: Path) -> None:
+    if args.startswith("["):
+        env.reasons.append(f"{where}: RUN {args[:80]} is a build step our sandbox cannot replay")
+        return
+    for segment in re.split(r"&&|\|\||;", args):
+        words = _split(segment.strip(), where, env)
+        while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
+            words = words[1:]  # DEBIAN_FRONTEND=noninteractive apt-get ...
+        if not words:
+            continue
+        command, rest = words[0], words[1:]
+        if command in ("python", "python3") and rest[:2] == ["-m", "pip"]:
+            command, rest = "pip", rest[2:]
+        if command == "uv" and rest[:1] == ["pip"]:
+            command, rest = "pip", rest[1:]
+        operands = [w for w in rest if not w.startswith("-")]
+        if command in ("apt-get", "apt"):
+            if operands[:1] == ["install"]:
+                for package in operands[1:]:
+                    _need_apt(env, package.split("=")[0], f"{where} (apt-get install {package})")
+            elif operands[:1] not in (["update"], ["clean"], ["autoremove"], ["autoclean"]):
+                env.reasons.append(f"{where}: `{segment.strip()}` is a build step our sandbox cannot replay")
+        elif command in ("pip", "pip3"):
+            if operands[:1] != ["install"]:
+                env.reasons.append(f"{where}: `{segment.strip()}` is a build step our sandbox cannot replay")
+                continue
+            _pip_packages(env, where, rest[1:] if rest[:1] == ["install"] else rest, context)
+        elif command == "mkdir":
+            env.directories += [str(PurePosixPath(workdir) / d) for d in operands]
+        elif command == "rm" and all(o.startswith(("/var/lib/apt", "/var/cache", "/root/.cache", "/tmp")) for o in operands):
+            continue
+        elif command in ("true", "chmod", "chown", "cd") or (command == "apt-get" and not operands):
+            continue  # file modes come with the copied files; a cd does not outlive its RUN
+        else:
+            env.reasons.append(f"{where}: `{segment.strip()[:120]}` is a build step our sandbox cannot replay")
+
+
+def _pip_packages(env: _Environment, where: str, words: list[str], context: Path) -> None:
+    skip_next = False
+    for i, word in enumerate(words):
+        if skip_next:
+            skip_next = False
+            continue
+        if word in ("-r", "--requirement") and i + 1 < len(words):
+            skip_next = True
+            requirements = context / words[i + 1]
+            if not requirements.is_file():
+                env.reasons.append(f"{where}: pip requirements file {words[i + 1]!r} is not in {context}")
+                continue
+            for line in requirements.read_text(encoding="utf-8").splitlines():
+                line = line.split("#")[0].strip()
+                if line and not line.startswith("-"):
+                    _need_pip(env, line, f"{requirements} (via {where})")
+        elif word in ("-i", "--index-url", "--extra-index-url", "-c", "--constraint", "-f", "--find-links"):
+            skip_next = True
+        elif not word.startswith("-"):
+            _need_pip(env, word, f"{where} (pip install {word})")
+
+
+def _need_pip(env: _Environment, requirement: str, why: str) -> None:
+    name = re.match(r"[A-Za-z0-9._-]*", requirement).group(0).lower().replace("_", "-")
+    if not name or "/" in requirement or requirement.startswith("."):
+        env.reasons.append(f"{why}: {requirement!r} is not a package name we can check for")
+        return
+    env.modules.setdefault(_PIP_MODULES.get(name, name.replace("-", "_").replace(".", "_")), why)
+
+
+def _need_apt(env: _Environment, package: str, why: str) -> None:
+    if package in _APT_NOOP:
+        return
+    if package in _APT_PATHS:
+        env.paths.setdefault(_APT_PATHS[package], why)
+    elif package in _APT_BINARIES:
+        for binary in _APT_BINARIES[package]:
+            env.binaries.setdefault(binary, why)
+    elif package.startswith("python3-"):
+        env.modules.setdefault(package.removeprefix("python3-").replace("-", "_"), why)
+    elif package.startswith("lib"):
+        env.reasons.append(f"{why}: the library package {package} cannot be checked for in our sandbox")
+    else:
+        env.binaries.setdefault(package, why)
+
+
+_PROBE = r"""
+import importlib.util, json, os, shutil, sys
+need = json.loads(sys.argv[1])
+missing = [["binary", b] for b in need["binaries"] if shutil.which(b) is None]
+for m in need["modules"]:
+    try:
+        found = importlib.util.find_spec(m) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        missing.append(["module", m])
+missing += [["path", p] for p in need["paths"] if not os.path.exists(p)]
+print(json.dumps(missing))
+"""
+
+
+def _missing_in_sandbox(sandbox: Sandbox, env: _Environment, dockerfile: Path) -> list[str]:
+    """Look for every binary, module and path the Dockerfile asks for inside
+    the sandbox the task will run in (its python3, its PATH)."""
+    need = {"binaries": sorted(env.binaries), "modules": sorted(env.modules), "paths": sorted(env.paths)}
+    with tempfile.TemporaryDirectory(prefix="clawloop-harbor-probe-") as scratch:
+        os.chmod(scratch, 0o755)
+        outcome = sandbox.run(["python3", "-I", "-c", _PROBE, json.dumps(need)], [Mount(Path(scratch), "/workspace")],
+                              limits=SandboxLimits(wall_seconds=30.0, cpu_seconds=20))
+    if outcome.exit_code != 0:
+        tail = outcome.output.strip().splitlines()[-1:] or ["no output"]
+        if "python3" in need["binaries"] or outcome.exit_code == 127:
+            return [f"{dockerfile}: python3, which the probe of our sandbox needs, does not run: {tail[0][:200]}"]
+        raise SandboxError(f"probing the sandbox for {dockerfile} failed (exit {outcome.exit_code}): {tail[0][:300]}")
+    reasons = []
+    for kind, name in json.loads(outcome.output.strip().splitlines()[-1]):
+        why = {"binary": env.binaries, "module": env.modules, "path": env.paths}[kind][name]
+        what = {"binary": f"the command {name!r}", "module": f"the Python module {name!r}", "path": name}[kind]
+        reasons.append(f"{why}: our sandbox lacks {what}")
+    return reasons
+
+
+def _safe_workdir(path: str) -> bool:
+    parts = PurePosixPath(os.path.normpath(path)).parts
+    return (len(parts) >= 2 and parts[0] == "/" and parts[1] not in _RESERVED_ROOTS
+            and all(re.fullmatch(r"[A-Za-z0-9._-]+", p) and p not in (".", "..") for p in parts[1:]))
+
+
+def _within(path: str, root: str) -> bool:
+    norm = os.path.normpath(path)
+    return norm == root or norm.startswith(root.rstrip("/") + "/")
+
+
+def _to_workspace(text: str, workdir: str) -> str:
+    """The WORKDIR path, where it stands as a path, rewritten to /workspace."""
+    return re.sub(r"(?<![\w./-])" + re.escape(workdir) + r"(?![\w.-])", "/workspace", text)
+
+
+def _copy_into(source: Path, target: Path) -> None:
+    if source.is_dir():
+        shutil.copytree(source, target, dirs_exist_ok=True)
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target)
+
+
+def _write_bundle(staging: Path, src: Path, task_id: str, instruction: str, config: dict, env: _Environment,
+                  solve: str | None) -> list[str]:
+    notes = []
+    workdir = env.workdir
+    workspace = staging / "environment"
+    workspace.mkdir()
+    context = src / "environment"
+    # The Dockerfile's COPYs replayed in order: a directory's contents land in
+    # the target; a file lands at the target, or in it when it ends in "/".
+    for sources, target in env.copies:
+        matches = [m for s in sources for m in _context_matches(context, s)]
+        rel = os.path.relpath(os.path.normpath(target), workdir)
+        into = workspace if rel == "." else workspace / rel
+        for match in matches:
+            if match.is_dir():
+                _copy_into(match, into)
+            elif target.endswith("/") or len(matches) > 1 or into.is_dir():
+                _copy_into(match, into / match.name)
+            else:
+                _copy_into(match, into)
+    for directory in env.directories:
+        if _within(directory, workdir):
+            (workspace / os.path.relpath(directory, workdir)).mkdir(parents=True, exist_ok=True)
+    added_contract = not (workspace / "CONTRACT.md").exists()
+    if added_contract:
+        # Our bundle layout requires it; the verifier hides it again (see harbor_verifier_mounts).
+        (workspace / "CONTRACT.md").write_text(
+            f"# {task_id}\n\nImported Harbor task: the deliverable is what the instruction asks for, in /workspace "
+            f"(the task's {workdir}). Its own tests decide the reward.\n", encoding="utf-8")
+
+    (staging / "instruction.md").write_text(_to_workspace(instruction, workdir), encoding="utf-8")
+    (staging / "solution").mkdir()
+    if solve is None:
+        notes.append(f"{src / 'solution' / 'solve.sh'}: missing; the oracle of this bundle fails")
+        solve = "#!/bin/bash\necho 'the Harbor task has no solution/solve.sh' >&2\nexit 1\n"
+    else:
+        solve = f"cd /workspace\n{_to_workspace(solve, workdir)}"
+    (staging / "solution" / "solve.sh").write_text(solve, encoding="utf-8")
+    shutil.copytree(src / "tests", staging / "tests")
+    (staging / "tests" / "verify.py").write_text(_WRAPPER, encoding="utf-8")
+    (staging / "answer").mkdir()
+    check = {"type": CHECK_TYPE, "name": "harbor_reward", "workdir": workdir, "timeout_s": config["verifier_timeout_s"],
+             "env": config["verifier_env"], "added_contract": added_contract}
+    (staging / "answer" / "answer.json").write_text(json.dumps({"key": None, "checks": [check]}, indent=2) + "\n")
+    meta = {"track": "terminal", "format": "files", "contract": {"rules": []}, "source": "harbor",
+            "harbor_source": str(src), "workdir": workdir}
+    (staging / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    write_task_toml(
+        staging / "task.toml", task_id=task_id, capability=HARBOR_CAPABILITY, domain=config["domain"],
+        difficulty=config["difficulty"], track="terminal", format="files", generator_id="harbor-import", seed=0,
+        round_key="imported", max_turns=IMPORTED_MAX_TURNS,
+        command_timeout_s=min(config["agent_timeout_s"], MAX_COMMAND_TIMEOUT_S),
+    )
+    # The sandbox uid reads the bundle through read-only mounts: whatever the
+    # source's modes, every file is readable and every directory searchable.
+    os.chmod(staging, 0o755)
+    for dirpath, dirnames, filenames in os.walk(staging):
+        for name in dirnames:
+            os.chmod(Path(dirpath) / name, 0o755)
+        for name in filenames:
+            file = Path(dirpath) / name
+            os.chmod(file, (file.stat().st_mode & 0o777) | 0o644)
+    return notes
+
+
+# ---------------------------------------------------------------- verifier side
+
+
+def harbor_check(bundle: TaskBundle) -> dict | None:
+    """The Harbor check of an imported bundle (None for our own tasks), validated."""
+    if bundle.capability != HARBOR_CAPABILITY:
+        return None
+    checks = bundle.answer().get("checks") or []
+    check = next((c for c in checks if c.get("type") == CHECK_TYPE), None)
+    if check is None:
+        return None
+    timeout = check.get("timeout_s")
+    if not isinstance(check.get("workdir"), str) or not _safe_workdir(check["workdir"]):
+        raise TaskBundleError(f"{bundle.answer_path}: harbor check 'workdir' must be a plain absolute path "
+                              f"outside the system directories, got {check.get('workdir')!r}")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_VERIFIER_TIMEOUT_S:
+        raise TaskBundleError(f"{bundle.answer_path}: harbor check 'timeout_s' must be in (0, {MAX_VERIFIER_TIMEOUT_S}]")
+    return check
+
+
+def harbor_verifier_mounts(bundle: TaskBundle, final_workspace: Path, scratch: Path) -> tuple[list[Mount], float] | None:
+    """For an imported Harbor bundle: the extra mounts its test.sh expects (a
+    writable copy of the final workspace at the WORKDIR, so what the tests
+    write never reaches the rollout's workspace, and a writable /logs/verifier)
+    and the wall seconds the verifier needs. None for our own tasks."""
+    check = harbor_check(bundle)
+    if check is None:
+        return None
+    app, logs = scratch / "harbor-workdir", scratch / "harbor-logs"
+    shutil.copytree(final_workspace, app, symlinks=True, ignore=special_files)  # a FIFO would block the copy
+    contract = app / "CONTRACT.md"
+    if check.get("added_contract") and contract.is_file() and not contract.is_symlink():
+        if contract.read_bytes() == bundle.contract_path.read_bytes():
+            contract.unlink()  # ours, not the task's: its tests never saw it
+    (logs / "verifier").mkdir(parents=True)
+    for directory in (app, logs, logs / "verifier"):
+        os.chmod(directory, 0o755)
+    # /logs mounted as well: bubblewrap would create it root-only (0700),
+    # hiding the writable /logs/verifier from the sandbox uid.
+    mounts = [Mount(app, check["workdir"], writable=True), Mount(logs, str(PurePosixPath(REWARD_DIR).parent)),
+              Mount(logs / "verifier", REWARD_DIR, writable=True)]
+    return mounts, float(check["timeout_s"]) + 10.0
+
+
+# The bundle's tests/verify.py: stdlib only, run by run_verifier as
+# `python3 -I /tests/verify.py --workspace ... --answer ... --result ...`.
+_WRAPPER = r'''#!/usr/bin/env python3
+"""ClawLoop's verifier for an imported Harbor task: runs the task's own
+tests/test.sh in its WORKDIR and turns /logs/verifier/reward.txt (or
+reward.json) into our result. A test.sh that times out, or ends without a
+reward, or with one that is not a number in [0, 1], is a crash (the reason
+on the last line, no result written), which the runner records as a
+verifier error, never a score. Our rewards are 0 or 1: a partial reward
+counts as not passed, and its value is kept in the check's detail."""
+
+import argparse
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+
+REWARD_DIR = "/logs/verifier"
+
+
+def fail(message):
+    print(message, flush=True)
+    sys.exit(2)
+
+
+def read_reward():
+    text_path, json_path = os.path.join(REWARD_DIR, "reward.txt"), os.path.join(REWARD_DIR, "reward.json")
+    if os.path.isfile(text_path):
+        with open(text_path, "rb") as f:
+            raw = f.read(200).decode("utf-8", "replace").strip()
+        try:
+            value = float(raw)
+        except ValueError:
+            fail(f"tests/test.sh wrote reward.txt {raw[:60]!r}, not a number in [0, 1]")
+        source = "reward.txt"
+    elif os.path.isfile(json_path):
+        with open(json_path, "rb") as f:
+            raw = f.read(1 << 16).decode("utf-8", "replace")
+        try:
+            value = json.loads(raw)["reward"]
+        except (ValueError, KeyError, TypeError):
+            fail(f"tests/test.sh wrote reward.json without a number 'reward': {raw[:60]!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            fail(f"tests/test.sh wrote reward.json with reward {value!r}, not a number in [0, 1]")
+        value, source = float(value), "reward.json"
+    else:
+        return None, None
+    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        fail(f"tests/test.sh wrote {source} {value!r}, not a number in [0, 1]")
+    return value, source
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workspace", required=True)
+    parser.add_argument("--answer", required=True)
+    parser.add_argument("--result", required=True)
+    args = parser.parse_args()
+    with open(args.answer, encoding="utf-8") as f:
+        check = next(c for c in json.load(f)["checks"] if c["type"] == "harbor_test_sh")
+    timeout = float(check["timeout_s"])
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", **check.get("env", {})}
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(["bash", "/tests/test.sh"], cwd=check["workdir"], env=env, stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            fail(f"tests/test.sh timed out after {timeout:g}s")
+        log.seek(0)
+        output = log.read().decode("utf-8", "replace")
+    value, source = read_reward()
+    if value is None:
+        last = (output.strip().splitlines() or ["no output"])[-1][:200]
+        fail(f"tests/test.sh exited with code {code} and wrote no {REWARD_DIR}/reward.txt (last output: {last})")
+    passed = value == 1.0
+    detail = f"{source} says {value:g}; test.sh exited with code {code}"
+    if not passed and value > 0:
+        detail += " (partial credit counts as not passed)"
+    with open(args.result, "w", encoding="utf-8") as f:
+        json.dump({"reward": 1.0 if passed else 0.0,
+                   "checks": [{"name": check.get("name", "harbor_reward"), "passed": passed, "detail": detail}]}, f)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+# ---------------------------------------------------------------- export
+
+# Tools an oracle may call that python:3.11-slim lacks, and their apt package.
+_EXPORT_APT = {"sqlite3": "sqlite3", "jq": "jq", "bc": "bc", "file": "file", "xxd": "xxd", "zip": "zip",
+               "unzip": "unzip", "patch": "patch", "git": "git"}
+
+
+def _difficulty_word(level: int) -> str:
+    return "easy" if level <= 2 else "medium" if level <= 5 else "hard"
+
+
+def export_harbor_task(bundle: TaskBundle, dest_dir: Path) -> Path:
+    """Write `bundle` as a Harbor task at `dest_dir/<task_id>/` (a new
+    directory): the workspace is COPYed to /app, the tests run our verifier."""
+    out = Path(dest_dir) / bundle.task_id
+    if out.exists():
+        raise FileExistsError(f"{out} already exists; export to a new directory")
+    out.mkdir(parents=True)
+    workdir = EXPORT_WORKDIR
+
+    def to_app(text: str) -> str:
+        return re.sub(r"(?<![\w./-])/workspace(?![\w.-])", workdir, text)
+
+    (out / "instruction.md").write_text(to_app(bundle.instruction), encoding="utf-8")
+    solve = bundle.solution_path.read_text(encoding="utf-8")
+    tools = sorted({pkg for tool, pkg in _EXPORT_APT.items() if re.search(rf"(^|[\s|;&(`]){tool}\b", solve, re.M)})
+    shutil.copytree(bundle.environment_dir, out / "environment" / "workspace")
+    dockerfile = [f"FROM {EXPORT_BASE_IMAGE}"]
+    if tools:
+        dockerfile.append("RUN apt-get update && apt-get install -y --no-install-recommends "
+                          f"{' '.join(tools)} && rm -rf /var/lib/apt/lists/*")
+    dockerfile += [f"WORKDIR {workdir}", f"COPY workspace/ {workdir}/"]
+    (out / "environment" / "Dockerfile").write_text("\n".join(dockerfile) + "\n", encoding="utf-8")
+    (out / "solution").mkdir()
+    (out / "solution" / "solve.sh").write_text(f"#!/bin/bash\ncd {workdir}\n{to_app(solve)}", encoding="utf-8")
+    tests = out / "tests"
+    tests.mkdir()
+    shutil.copyfile(bundle.tests_dir / "verify.py", tests / EXPORTED_VERIFIER)
+    shutil.copyfile(bundle.answer_path, tests / "answer.json")
+    (tests / "test.sh").write_text(
+        "#!/bin/bash\n"
+        "# ClawLoop's verifier on the final workspace; its result.json is kept beside the reward.\n"
+        f"mkdir -p {REWARD_DIR}\n"
+        f"python3 -I /tests/{EXPORTED_VERIFIER} --workspace {workdir} --answer /tests/answer.json "
+        f"--result {REWARD_DIR}/clawloop_result.json || exit 1\n"
+        f"python3 -I -c 'import json, sys; print(json.load(open(sys.argv[1]))[\"reward\"])' "
+        f"{REWARD_DIR}/clawloop_result.json > {REWARD_DIR}/reward.txt\n",
+        encoding="utf-8")
+    for script in (tests / "test.sh", out / "solution" / "solve.sh"):
+        script.chmod(0o755)
+    command_timeout = bundle.command_timeout_s
+    (out / "task.toml").write_text("\n".join([
+        'version = "1.0"',
+        "",
+        "[metadata]",
+        'author_name = "ClawLoop"',
+        f"difficulty = {json.dumps(_difficulty_word(bundle.difficulty))}",
+        f"category = {json.dumps(bundle.domain)}",
+        f"tags = {json.dumps([bundle.capability, bundle.domain, bundle.track, bundle.format])}",
+        f"clawloop_task_id = {json.dumps(bundle.task_id)}",
+        f"clawloop_generator_id = {json.dumps(bundle.generator_id)}",
+        f"clawloop_seed = {int(bundle.seed)}",
+        f"clawloop_round = {json.dumps(bundle.round_key)}",
+        f"clawloop_difficulty = {int(bundle.difficulty)}",
+        "",
+        "[verifier]",
+        "timeout_sec = 60.0",
+        "",
+        "[agent]",
+        f"timeout_sec = {float(bundle.max_turns * command_timeout)!r}",
+        "",
+        "[environment]",
+        "build_timeout_sec = 600.0",
+        f"docker_image = {json.dumps(EXPORT_BASE_IMAGE)}",
+        "cpus = 1",
+        "memory_mb = 2048",
+        "storage_mb = 10240",
+        "gpus = 0",
+        "allow_internet = false",
+    ]) + "\n", encoding="utf-8")
+    return out
+
+
+def export_round(warehouse, round_key: str, out_dir: Path) -> list[Path]:
+    """The admitted tasks of `round_key` exported to `out_dir` (a new
+    directory), written beside it first and renamed, so it is complete or absent."""
+    import polars as pl
+
+    from clawloop_assets.round_state import require_rows
+
+    out_dir = Path(out_dir)
+    if out_dir.exists():
+        raise FileExistsError(f"{out_dir} already exists; export to a new directory")
+    admitted = require_rows(warehouse, "admissions", round_key, "admitted_tasks").filter(pl.col("admitted"))
+    if admitted.is_empty():
+        raise ValueError(f"{round_key} admitted no task: there is nothing to export")
+    tasks = require_rows(warehouse, "tasks", round_key, "candidate_tasks")
+    rows = admitted.select("task_id").join(tasks.select("task_id", "bundle_path"), on="task_id").sort("task_id")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        for row in rows.iter_rows(named=True):
+            export_harbor_task(load_task_bundle(Path(row["bundle_path"])), tmp)
+        tmp.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return sorted(p for p in out_dir.iterdir() if p.is_dir())
+
+
+__all__ = [
+    "CHECK_TYPE", "HARBOR_CAPABILITY", "HarborTaskError", "ImportResult", "export_harbor_task", "export_round",
+    "harbor_check", "harbor_verifier_mounts", "import_harbor_directory", "import_harbor_task", "render_import_table",
+]

@@ -1,0 +1,2 @@
+#!/bin/bash
+cat /app/logs/*.log | grep -c ERROR > /app/error_count.txt

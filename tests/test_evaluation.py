@@ -1,0 +1,216 @@
+"""The fixed evaluation set (built once, verified, repaired, never drawn by a
+round) and its figure (pass@1 over k samples with a Wilson interval), on the
+real sandbox and generators; the asset itself with the real embedded model."""
+
+import json
+import shutil
+
+import dagster as dg
+import pytest
+
+from clawloop_assets import curriculum, paths
+from clawloop_assets.assets.synthesis import candidate_assignments
+from clawloop_assets.catalogs import ROUTES, round_capabilities
+from clawloop_assets.evaluation import (
+    EVALUATION_SEED_BASE,
+    MANIFEST,
+    EvaluationSetError,
+    EvaluationSetSpec,
+    bundle_digest,
+    ensure_own_set,
+    evaluation_tasks,
+    is_evaluation_seed,
+    own_dir,
+    pass_at_1,
+    planned_tasks,
+    wilson_interval,
+)
+from clawloop_assets.loop_config import LoopConfig
+from clawloop_assets.partitions import round_key
+from clawloop_assets.synthesis import build_candidate, task_id_for, write_generator
+from resources.sandbox import BubblewrapSandbox
+from resources.warehouse import DuckDBWarehouse, table_frame
+
+# Two families, two seeds each: four tasks, built in a few seconds.
+SMALL_SET = EvaluationSetSpec(capabilities=("grouped_statistics", "config_edits"), levels=(0,), seeds_per_cell=2)
+
+
+def test_the_set_is_the_same_tasks_byte_for_byte_in_any_home(tmp_path, monkeypatch):
+    built = {}
+    for name in ("first", "second"):
+        monkeypatch.setenv("CLAWLOOP_HOME", str(tmp_path / name))
+        set_id, tasks = ensure_own_set(BubblewrapSandbox(), SMALL_SET)
+        built[name] = (set_id, {t.task_id: bundle_digest(t.bundle.root) for t in tasks})
+    assert built["first"] == built["second"]
+    set_id, digests = built["first"]
+    assert len(digests) == 4
+    # Fewer capabilities pick a subset of the tasks of all of them, never a reshuffle.
+    every_capability = EvaluationSetSpec(levels=(0,), seeds_per_cell=2)
+    assert set(digests) < {task_id_for("evaluation", g, s) for g, s in planned_tasks(every_capability)}
+    assert all(t.startswith("evaluation.") for t in digests)
+
+
+def test_the_set_is_reused_and_rebuilt_only_when_its_spec_changes(clawloop_home):
+    messages = []
+    set_id, tasks = ensure_own_set(BubblewrapSandbox(), SMALL_SET, messages.append)
+    assert messages == ["building the evaluation set (4 tasks): none built yet"]
+    manifest = (own_dir() / MANIFEST).read_text()
+    messages.clear()
+    again_id, again = ensure_own_set(BubblewrapSandbox(), SMALL_SET, messages.append)
+    assert (again_id, [t.task_id for t in again]) == (set_id, [t.task_id for t in tasks])
+    assert messages == [] and (own_dir() / MANIFEST).read_text() == manifest
+    smaller = EvaluationSetSpec(capabilities=("grouped_statistics",), levels=(0,), seeds_per_cell=1)
+    other_id, other = ensure_own_set(BubblewrapSandbox(), smaller, messages.append)
+    assert messages == ["building the evaluation set (1 tasks): its spec changed"]
+    assert other_id != set_id and len(other) == 1
+
+
+def test_a_damaged_bundle_is_rebuilt_and_an_unrebuildable_one_is_named(clawloop_home):
+    set_id, tasks = ensure_own_set(BubblewrapSandbox(), SMALL_SET)
+    victim = tasks[1].bundle
+    manifest = json.loads((own_dir() / MANIFEST).read_text())
+    recorded = {e["task_id"]: e["sha256"] for e in manifest["tasks"]}
+    (victim.root / "answer" / "answer.json").write_text('{"key": "tampered"}')
+    messages = []
+    repaired_id, _ = ensure_own_set(BubblewrapSandbox(), SMALL_SET, messages.append)
+    assert repaired_id == set_id
+    assert bundle_digest(victim.root) == recorded[victim.task_id]
+    assert messages == [f"evaluation task {victim.task_id} is damaged or missing at {victim.root}: rebuilding it"]
+    shutil.rmtree(tasks[0].bundle.root)  # a missing bundle is rebuilt too
+    ensure_own_set(BubblewrapSandbox(), SMALL_SET)
+    assert bundle_digest(tasks[0].bundle.root) == recorded[tasks[0].task_id]
+
+    # The hash on record no longer matches what its generator builds (as after
+    # the family changed): the bundle cannot be restored, and the error says which.
+    manifest["tasks"][1]["sha256"] = "0" * 64
+    (own_dir() / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(EvaluationSetError, match=f"evaluation bundle {victim.root} is damaged and its rebuild differs"):
+        ensure_own_set(BubblewrapSandbox(), SMALL_SET)
+
+
+def test_imported_bundles_join_the_set_and_a_malformed_one_is_named(clawloop_home):
+    sandbox = BubblewrapSandbox()
+    imports = paths.evaluation_imports_dir()
+    _, own = evaluation_tasks(sandbox, SMALL_SET)  # no imports directory yet: fine
+    assert {t.source for t in own} == {"own"}
+    # A real bundle landed where the Harbor import puts its tasks.
+    [(spec, _)] = planned_tasks(EvaluationSetSpec(capabilities=("log_analysis",)))
+    build = build_candidate(sandbox, write_generator(spec, clawloop_home / "gen"), spec, 7, "harbor", imports)
+    assert build.ok, build.error
+    (imports / ".staging-half-written").mkdir()  # an import in progress is not a task yet
+    _, tasks = evaluation_tasks(sandbox, SMALL_SET)
+    imported = [t for t in tasks if t.source == "imported"]
+    assert [(t.task_id, t.capability) for t in imported] == [("harbor." + spec.generator_id + ".s7", "log_analysis")]
+    assert len(tasks) == len(own) + 1
+
+    (imports / "broken-task").mkdir()
+    (imports / "broken-task" / "task.toml").write_text("[task]\n")
+    with pytest.raises(EvaluationSetError, match="imported evaluation task broken-task is malformed: .*missing file"):
+        evaluation_tasks(sandbox, SMALL_SET)
+
+
+def test_no_round_ever_draws_an_evaluation_seed_or_task(clawloop_home):
+    """Synthesis seeds (round * 1000 + j) stay below the reserved range for every
+    round number, even with far more candidates per round than any profile uses."""
+    evaluation_plan = planned_tasks(LoopConfig(evaluation_levels=[0, 1, 5], evaluation_seeds_per_cell=3).evaluation_set())
+    evaluation_ids = {task_id_for("evaluation", g, s) for g, s in evaluation_plan}
+    assert all(is_evaluation_seed(s) and s < 2**31 for _, s in evaluation_plan)
+    warehouse = DuckDBWarehouse()
+    capabilities = [c.id for c in round_capabilities(ROUTES)]
+    for number, candidates in [(1, 64), (2, 64), (9999, 64), (9999, 5000)]:
+        key = round_key(number)
+        plan = curriculum.first_plan(capabilities, candidates)
+        rows = [{"round": key, "capability_id": e.capability_id, "difficulty": e.difficulty, "weight": e.weight,
+                 "candidates": e.candidates, "source_round": None, "reason": e.reason, "knobs": []} for e in plan]
+        warehouse.replace("synthesis_plans", table_frame("synthesis_plans", rows), {"round": key})
+        assignments = candidate_assignments(warehouse, key)
+        assert len(assignments) == candidates
+        seeds = [seed for _, seed in assignments]
+        assert max(seeds) < EVALUATION_SEED_BASE and not any(is_evaluation_seed(s) for s in seeds), key
+        assert not evaluation_ids & {task_id_for(key, spec, seed) for spec, seed in assignments}
+
+
+def test_wilson_interval_by_hand():
+    # p = 0.45 over n = 4 tasks, z = 1.959964: z^2 = 3.841459, z^2/n = 0.960365,
+    # center = (0.45 + 3.841459/8) / 1.960365 = 0.930182 / 1.960365 = 0.474494,
+    # half = 1.959964/1.960365 * sqrt(0.45*0.55/4 + 3.841459/64)
+    #      = 0.999795 * sqrt(0.061875 + 0.060023) = 0.999795 * 0.349139 = 0.349068.
+    low, high = wilson_interval(0.45, 4)
+    assert low == pytest.approx(0.474494 - 0.349068, abs=1e-5)
+    assert high == pytest.approx(0.474494 + 0.349068, abs=1e-5)
+    # Nothing passed on 12 tasks: [0, z^2/(n + z^2)] = [0, 3.841459/15.841459], not [0, 0].
+    low, high = wilson_interval(0.0, 12)
+    assert low == pytest.approx(0.0, abs=1e-12) and high == pytest.approx(3.841459 / 15.841459, abs=1e-6)
+    with pytest.raises(ValueError, match="at least one task"):
+        wilson_interval(0.5, 0)
+
+
+def _rollouts(outcomes):
+    return table_frame("rollouts", [
+        {"round": "round-0001", "rollout_id": f"{task}.evaluation.{i}", "task_id": task, "phase": "evaluation",
+         "status": status, "reward": reward, "sample_index": i}
+        for task, samples in outcomes.items() for i, (status, reward) in enumerate(samples)])
+
+
+def test_pass_at_1_averages_each_tasks_scored_samples_then_the_tasks():
+    scored = ("scored", 1.0), ("scored", 0.0)
+    frame = _rollouts({
+        "a": [("scored", 1.0)] * 5,  # 5/5 -> 1.0
+        "b": [("scored", 1.0)] * 3 + [("scored", 0.0), ("sandbox_error", None)],  # 3 of 4 scored -> 0.75
+        "c": [scored[1]] * 4 + [scored[0]],  # 1/5 -> 0.2
+        "d": [scored[1]] * 5,  # 0/5 -> 0.0
+        "e": [("policy_error", None)] * 5,  # nothing scored: not in the mean, not an n of the interval
+    })
+    result = pass_at_1(frame)
+    # (1.0 + 0.75 + 0.2 + 0.0) / 4 = 0.4875, Wilson over n = 4 tasks.
+    assert result.pass_at_1 == pytest.approx(0.4875) and result.tasks == 4
+    low, high = wilson_interval(0.4875, 4)
+    assert (result.ci_low, result.ci_high) == (round(low, 4), round(high, 4))
+    per_task = {r["task_id"]: (r["passes"], r["scored"], r["samples"]) for r in result.per_task.iter_rows(named=True)}
+    assert per_task == {"a": (5, 5, 5), "b": (3, 4, 5), "c": (1, 5, 5), "d": (0, 5, 5), "e": (0, 0, 5)}
+    nothing = pass_at_1(_rollouts({"e": [("policy_error", None)]}))
+    assert (nothing.pass_at_1, nothing.ci_low, nothing.ci_high, nothing.tasks) == (None, None, None, 0)
+
+
+def test_bad_evaluation_knobs_are_named():
+    with pytest.raises(ValueError, match=r"evaluation capabilities \['juggling'\] are unknown"):
+        LoopConfig(evaluation_capabilities=["juggling"])
+    with pytest.raises(ValueError, match="evaluation levels must be a non-empty list within 0..5, got \\[7\\]"):
+        LoopConfig(evaluation_levels=[7])
+    with pytest.raises(ValueError, match="evaluation_samples must be at least 1"):
+        LoopConfig(evaluation_samples=0)
+
+
+@pytest.mark.slow
+def test_the_evaluation_asset_with_the_real_model(clawloop_home, base_checkpoint_dir):
+    from clawloop_assets.checkpoints import checkpoint_id
+    from clawloop_assets.definitions import round_assets
+    from resources.embedded_policy import EmbeddedPolicyModel
+    from resources.training_launcher import SubprocessTrainingLauncher
+
+    key = "round-0001"
+    warehouse = DuckDBWarehouse()
+    # The round's trained policy is the base model here: the asset reads whatever policy_checkpoint registered.
+    ckpt = checkpoint_id(base_checkpoint_dir)
+    warehouse.replace("checkpoints", table_frame("checkpoints", [
+        {"round": key, "checkpoint_id": ckpt, "kind": "policy", "path": str(base_checkpoint_dir),
+         "parent_checkpoint_id": None}]), {"round": key, "kind": "policy"})
+    loop = LoopConfig(evaluation_capabilities=["grouped_statistics", "entity_resolution"], evaluation_samples=3)
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("rounds", [key])
+    result = dg.materialize(round_assets, selection="evaluation", partition_key=key, instance=instance, resources={
+        "policy": EmbeddedPolicyModel(), "sandbox": BubblewrapSandbox(), "warehouse": warehouse, "loop": loop,
+        "training_launcher": SubprocessTrainingLauncher()})  # the graph's other assets need it, this one does not
+    assert result.success
+    [materialization] = result.asset_materializations_for_node("evaluation")
+    metadata = {k: v.value for k, v in materialization.metadata.items()}
+    rollouts = warehouse.read("rollouts", {"round": key, "phase": "evaluation"})
+    assert rollouts.height == 2 * 3 and set(rollouts["checkpoint_id"]) == {ckpt}
+    assert metadata["evaluation_tasks"] == 2 and metadata["own_tasks"] == 2 and metadata["imported_tasks"] == 0
+    scored = rollouts.filter(rollouts["status"] == "scored")
+    per_task = [scored.filter(scored["task_id"] == t)["reward"].mean() for t in sorted(set(scored["task_id"]))]
+    assert metadata["evaluation_pass_at_1"] == pytest.approx(sum(per_task) / len(per_task), abs=1e-4)
+    assert metadata["evaluation_ci_low"] <= metadata["evaluation_pass_at_1"] <= metadata["evaluation_ci_high"]
+    assert "| evaluation.grouped_statistics." in metadata["per_task"] and "/3 |" in metadata["per_task"]
+    [cost] = warehouse.read("cost_ledger", {"round": key, "phase": "evaluation"}).iter_rows(named=True)
+    assert cost["rollouts"] == 6 and cost["tokens"] > 0 and cost["wall_seconds"] > 0

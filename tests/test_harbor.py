@@ -1,0 +1,269 @@
+"""Harbor task format, both ways, against the real bubblewrap sandbox: the
+Harbor tasks under tests/harbor_tasks/ imported and scored through our
+verifier path, tasks we cannot run reported with the reason, malformed ones
+refused naming the file, and our generated tasks exported and imported back."""
+
+import json
+import shutil
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from clawloop_assets import paths
+from clawloop_assets.agent_loop import AgentSettings, run_rollouts
+from clawloop_assets.cli import main
+from clawloop_assets.harbor import (
+    MANIFEST_NAME,
+    HarborTaskError,
+    export_harbor_task,
+    import_harbor_task,
+)
+from clawloop_assets.task_bundle import TaskBundle, load_task_bundle
+from clawloop_assets.verification import run_verifier
+from resources.sandbox import BubblewrapSandbox, Mount
+
+HARBOR_TASKS = Path(__file__).parent / "harbor_tasks"
+RUNNABLE = HARBOR_TASKS / "count-error-lines"
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    return BubblewrapSandbox()
+
+
+def fresh_workspace(bundle: TaskBundle, tmp_path: Path, name: str = "workspace") -> Path:
+    return Path(shutil.copytree(bundle.environment_dir, tmp_path / name))
+
+
+def run_oracle(sandbox, bundle: TaskBundle, workspace: Path) -> None:
+    done = sandbox.run(["bash", "/solution/solve.sh"],
+                       [Mount(workspace, "/workspace", writable=True), Mount(bundle.solution_path.parent, "/solution")])
+    assert done.exit_code == 0, done.output
+
+
+def imported(sandbox, src: Path, tmp_path: Path) -> TaskBundle:
+    result = import_harbor_task(src, tmp_path / "imported", sandbox)
+    assert result.runnable, result.reasons
+    return load_task_bundle(result.bundle_dir)
+
+
+def harbor_copy(tmp_path: Path, src: Path = RUNNABLE, name: str | None = None) -> Path:
+    return Path(shutil.copytree(src, tmp_path / "src" / (name or src.name)))
+
+
+def test_imported_task_scores_its_oracle_1_and_the_untouched_workspace_0(sandbox, tmp_path):
+    bundle = imported(sandbox, RUNNABLE, tmp_path)
+    assert (bundle.capability, bundle.track, bundle.format) == ("harbor", "terminal", "files")
+    # The Dockerfile's COPYs replayed: a directory into /app/logs/, a file into the WORKDIR.
+    workspace_files = sorted(str(p.relative_to(bundle.environment_dir)) for p in bundle.environment_dir.rglob("*"))
+    assert workspace_files == ["CONTRACT.md", "README.txt", "logs", "logs/day1.log", "logs/day2.log"]
+    # The agent and the oracle work in /workspace, the task's tests in /app.
+    assert "/workspace/logs" in bundle.instruction and "/app" not in bundle.instruction
+    assert "/app" not in bundle.solution_path.read_text()
+    assert (bundle.tests_dir / "check_outputs.py").is_file()
+
+    untouched = fresh_workspace(bundle, tmp_path, "untouched")
+    verdict = run_verifier(sandbox, bundle, untouched)
+    assert (verdict.status, verdict.reward) == ("scored", 0.0), verdict.error
+    assert "reward.txt says 0" in verdict.checks[0]["detail"]
+
+    solved = fresh_workspace(bundle, tmp_path, "solved")
+    run_oracle(sandbox, bundle, solved)
+    assert (solved / "error_count.txt").read_text().strip() == "3"
+    verdict = run_verifier(sandbox, bundle, solved)
+    assert (verdict.status, verdict.reward) == ("scored", 1.0), verdict.error
+    # The tests ran on a copy: the workspace the rollout left is unchanged.
+    assert sorted(p.name for p in solved.iterdir()) == ["CONTRACT.md", "README.txt", "error_count.txt", "logs"]
+
+
+@pytest.mark.parametrize(("test_sh", "expected"), [
+    ("echo banana > /logs/verifier/reward.txt", "not a number in [0, 1]"),
+    ("echo 1.5 > /logs/verifier/reward.txt", "not a number in [0, 1]"),
+    ("echo nan > /logs/verifier/reward.txt", "not a number in [0, 1]"),
+    ("echo tests ran", "wrote no /logs/verifier/reward.txt (last output: tests ran)"),
+    ("sleep 30; echo 1 > /logs/verifier/reward.txt", "tests/test.sh timed out after 2s"),
+    ("echo '{\"score\": 1}' > /logs/verifier/reward.json", "reward.json without a number 'reward'"),
+])
+def test_a_test_sh_without_a_valid_reward_is_a_verifier_error_with_the_reason(sandbox, tmp_path, test_sh, expected):
+    src = harbor_copy(tmp_path)
+    (src / "tests" / "test.sh").write_text(f"#!/bin/bash\n{test_sh}\n")
+    toml = src / "task.toml"
+    toml.write_text(toml.read_text().replace("timeout_sec = 30.0", "timeout_sec = 2.0"))
+    bundle = imported(sandbox, src, tmp_path)
+    verdict = run_verifier(sandbox, bundle, fresh_workspace(bundle, tmp_path))
+    assert verdict.status == "error" and verdict.reward is None
+    assert expected in verdict.error
+
+
+def test_copy_of_the_whole_context_and_of_a_glob_are_replayed(sandbox, tmp_path):
+    src = harbor_copy(tmp_path)
+    dockerfile = src / "environment" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text().replace("COPY logs/ /app/logs/\nCOPY README.txt .",
+                                                         "COPY . .\nCOPY logs/*.log archive/"))
+    bundle = imported(sandbox, src, tmp_path)
+    files = sorted(str(p.relative_to(bundle.environment_dir)) for p in bundle.environment_dir.rglob("*") if p.is_file())
+    assert files == ["CONTRACT.md", "Dockerfile", "README.txt", "archive/day1.log", "archive/day2.log",
+                     "logs/day1.log", "logs/day2.log"]
+
+
+def test_a_partial_or_json_reward_is_read_and_only_a_full_reward_passes(sandbox, tmp_path):
+    src = harbor_copy(tmp_path)
+    (src / "tests" / "test.sh").write_text("#!/bin/bash\necho 0.5 > /logs/verifier/reward.txt\n")
+    bundle = imported(sandbox, src, tmp_path)
+    verdict = run_verifier(sandbox, bundle, fresh_workspace(bundle, tmp_path))
+    assert (verdict.status, verdict.reward) == ("scored", 0.0)
+    assert "says 0.5" in verdict.checks[0]["detail"] and "partial credit" in verdict.checks[0]["detail"]
+
+    (src / "tests" / "test.sh").write_text("#!/bin/bash\necho '{\"reward\": 1}' > /logs/verifier/reward.json\n")
+    bundle = imported(sandbox, src, tmp_path)
+    verdict = run_verifier(sandbox, bundle, fresh_workspace(bundle, tmp_path, "again"))
+    assert (verdict.status, verdict.reward) == ("scored", 1.0)
+
+
+def test_a_task_no_longer_runnable_loses_the_bundle_of_its_earlier_import(sandbox, tmp_path):
+    src = harbor_copy(tmp_path)
+    first = import_harbor_task(src, tmp_path / "imported", sandbox)
+    assert first.runnable and first.bundle_dir.is_dir()
+    dockerfile = src / "environment" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text().replace("grep &&", "grep clawloop-absent-tool &&"))
+    again = import_harbor_task(src, tmp_path / "imported", sandbox)
+    assert not again.runnable and not first.bundle_dir.exists()
+    assert any("the bundle of an earlier import was removed" in reason for reason in again.reasons)
+
+
+def test_a_tampered_workdir_in_the_answer_key_is_a_verifier_error(sandbox, tmp_path):
+    bundle = imported(sandbox, RUNNABLE, tmp_path)
+    answer = json.loads(bundle.answer_path.read_text())
+    answer["checks"][0]["workdir"] = "/usr/bin"
+    bundle.answer_path.write_text(json.dumps(answer))
+    verdict = run_verifier(sandbox, bundle, fresh_workspace(bundle, tmp_path))
+    assert verdict.status == "error" and "harbor check 'workdir'" in verdict.error and "/usr/bin" in verdict.error
+
+
+def test_a_crashing_test_sh_is_an_error_not_a_score(sandbox, tmp_path):
+    bundle = imported(sandbox, HARBOR_TASKS / "crashing-verifier", tmp_path)
+    workspace = fresh_workspace(bundle, tmp_path)
+    run_oracle(sandbox, bundle, workspace)
+    verdict = run_verifier(sandbox, bundle, workspace)
+    assert verdict.status == "error" and verdict.reward is None
+    assert "exited with code 2 and wrote no /logs/verifier/reward.txt" in verdict.error
+    assert "check_greeting.py" in verdict.error
+
+
+def test_a_task_needing_a_package_we_lack_is_not_runnable_with_the_reason(sandbox, tmp_path):
+    src = HARBOR_TASKS / "needs-numpy"
+    result = import_harbor_task(src, tmp_path / "imported", sandbox)
+    assert not result.runnable and result.bundle_dir is None
+    assert result.reasons == (f"{src / 'environment' / 'Dockerfile'}:3 (pip install numpy==1.26.4): "
+                              "our sandbox lacks the Python module 'numpy'",)
+    assert not (tmp_path / "imported" / "needs-numpy").exists()
+
+
+@pytest.mark.parametrize(("edit", "expected"), [
+    (("environment/Dockerfile", "grep && \\", "grep clawloop-absent-tool && \\"),
+     "Dockerfile:3 (apt-get install clawloop-absent-tool): our sandbox lacks the command 'clawloop-absent-tool'"),
+    (("environment/Dockerfile", "FROM python:3.11-slim", "FROM nvidia/cuda:12.4.1-runtime-ubuntu22.04"),
+     "base image 'nvidia/cuda:12.4.1-runtime-ubuntu22.04' is not one whose tools we can check for"),
+    (("environment/Dockerfile", "COPY README.txt .", "COPY README.txt /etc/motd"),
+     "COPY README.txt to /etc/motd, outside the WORKDIR /app"),
+    (("environment/Dockerfile", "COPY README.txt .", "RUN make -C /app"),
+     "Dockerfile:9: `make -C /app` is a build step our sandbox cannot replay"),
+    (("environment/Dockerfile", "WORKDIR /app", "WORKDIR /etc"),
+     "Dockerfile: WORKDIR /etc is a system path or one of our sandbox's mount points"),
+    (("task.toml", "cpus = 1", "cpus = 1\ngpus = 1"), "task.toml: [environment] gpus = 1; our sandbox has no GPU"),
+    (("tests/test.sh", "python3 /tests", "curl -LsSf https://astral.sh/uv/install.sh | sh\npython3 /tests"),
+     "tests/test.sh: `curl -LsSf https://astral.sh/uv/install.sh | sh` needs the network"),
+])
+def test_environment_needs_our_sandbox_cannot_meet_are_reported(sandbox, tmp_path, edit, expected):
+    src = harbor_copy(tmp_path)
+    rel, old, new = edit
+    text = (src / rel).read_text()
+    assert text.count(old) == 1
+    (src / rel).write_text(text.replace(old, new))
+    result = import_harbor_task(src, tmp_path / "imported", sandbox)
+    assert not result.runnable and not (tmp_path / "imported").exists()
+    assert any(expected in reason for reason in result.reasons), result.reasons
+
+
+@pytest.mark.parametrize(("damage", "expected"), [
+    (lambda src: (src / "instruction.md").unlink(), "instruction.md: missing file"),
+    (lambda src: (src / "task.toml").write_text("[verifier\ntimeout_sec = 1\n"), "task.toml: not valid TOML"),
+    (lambda src: (src / "task.toml").write_text("[verifier]\ntimeout_sec = 'soon'\n"),
+     "task.toml: [verifier] timeout_sec must be a positive number, got 'soon'"),
+    (lambda src: (src / "tests" / "test.sh").unlink(), "tests/test.sh: missing file"),
+    (lambda src: (src / "environment" / "link").symlink_to("/etc/passwd"), "environment/link: only regular files"),
+])
+def test_a_malformed_task_is_refused_naming_the_file(sandbox, tmp_path, damage, expected):
+    src = harbor_copy(tmp_path)
+    damage(src)
+    with pytest.raises(HarborTaskError) as refused:
+        import_harbor_task(src, tmp_path / "imported", sandbox)
+    assert str(refused.value).startswith(str(src)) and expected in str(refused.value)
+
+
+def test_cli_imports_a_directory_listing_every_task_and_writes_the_manifest(sandbox, clawloop_home, tmp_path, capsys):
+    src = Path(shutil.copytree(HARBOR_TASKS, tmp_path / "tasks"))
+    (src / "no-instruction").mkdir()
+    (src / "no-instruction" / "task.toml").write_text("[metadata]\n")
+    main(["harbor-import", str(src)])
+    out = capsys.readouterr().out
+    dest = paths.evaluation_imports_dir()
+    assert "2 runnable, 2 not runnable here" in out
+    assert "needs-numpy" in out and "numpy" in out and "no-instruction" in out
+    manifest = json.loads((dest / MANIFEST_NAME).read_text())
+    assert [r["task_id"] for r in manifest["runnable"]] == ["count-error-lines", "crashing-verifier"]
+    assert [r["task_id"] for r in manifest["not_runnable"]] == ["needs-numpy", "no-instruction"]
+    assert manifest["not_runnable"][1]["reasons"][0].startswith(f"malformed: {src / 'no-instruction' / 'instruction.md'}")
+    # What the evaluation set will do: every bundle directory there loads.
+    bundles = sorted(load_task_bundle(p).task_id for p in dest.iterdir() if p.is_dir())
+    assert bundles == ["count-error-lines", "crashing-verifier"]
+
+
+def test_export_then_import_round_trip_of_a_generated_task(sandbox, clawloop_home, tmp_path, capsys):
+    from test_transfer import ROUND, record_round
+
+    from clawloop_assets import catalogs
+
+    domain = catalogs.load_domain_catalog()[0].id
+    warehouse, task_ids = record_round(tmp_path, [("file_reorganization", domain, 21), ("log_analysis", domain, 22),
+                                                  ("file_reorganization", domain, 23)], admitted=2, heldout=set())
+    out = tmp_path / "harbor"
+    main(["harbor-export", "--round", ROUND, "--out", str(out)])
+    assert sorted(p.name for p in out.iterdir()) == sorted(task_ids[:2])  # the admitted ones only
+    for task_id in task_ids[:2]:
+        original = load_task_bundle(tmp_path / "tasks" / task_id)
+        exported = out / task_id
+        config = tomllib.loads((exported / "task.toml").read_text())
+        assert config["verifier"]["timeout_sec"] > 0 and config["agent"]["timeout_sec"] > 0
+        assert config["environment"]["gpus"] == 0 and config["metadata"]["clawloop_task_id"] == task_id
+        dockerfile = (exported / "environment" / "Dockerfile").read_text()
+        assert dockerfile.startswith("FROM python:3.11-slim\n") and "WORKDIR /app\nCOPY workspace/ /app/\n" in dockerfile
+        assert (exported / "tests" / "answer.json").read_bytes() == original.answer_path.read_bytes()
+
+        back = imported(sandbox, exported, tmp_path / task_id)
+        assert back.instruction == original.instruction
+        untouched = run_verifier(sandbox, back, fresh_workspace(back, tmp_path / task_id, "untouched"))
+        assert (untouched.status, untouched.reward) == ("scored", 0.0), untouched.error
+        solved = fresh_workspace(back, tmp_path / task_id, "solved")
+        run_oracle(sandbox, back, solved)
+        verdict = run_verifier(sandbox, back, solved)
+        assert (verdict.status, verdict.reward) == ("scored", 1.0), verdict.error
+    with pytest.raises(FileExistsError):
+        export_harbor_task(original, out)
+
+
+@pytest.mark.slow
+def test_one_rollout_of_the_real_agent_on_an_imported_task(sandbox, base_checkpoint_dir, tmp_path):
+    from resources.embedded_policy import EmbeddedPolicyModel
+
+    bundle = imported(sandbox, RUNNABLE, tmp_path)
+    session = EmbeddedPolicyModel(model_cache_dir=str(base_checkpoint_dir.parent)).load(base_checkpoint_dir)
+    try:
+        (rollout,) = run_rollouts(session, sandbox, [bundle], 1, AgentSettings(max_turns=2), tmp_path / "rollouts", seed=5)
+    finally:
+        session.close()
+    assert rollout.turns >= 1
+    # Whatever the agent did, the task's own tests scored it.
+    assert rollout.status == "scored", rollout.error
+    assert rollout.reward in (0.0, 1.0) and rollout.verifier_checks[0]["name"] == "harbor_reward"
