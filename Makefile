@@ -82,7 +82,7 @@ fast-test: setup
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -m "not slow"
 
-bench: setup
+bench: setup docker-backend
 	$(BIN)/python -m benchmarks.run
 
 ui: setup
