@@ -46,20 +46,23 @@ ROUND_KEY = "round-0001"
 
 
 def bench_round():
-    """test_round's SMALL_ROUND: 24 candidates, 8 rollouts each, a band wide
-    enough that the round admits and trains whatever the samples, and a
-    small fixed evaluation set (two families, two samples each)."""
+    """The small round this benchmark times and tests/test_round.py runs
+    (its SMALL_ROUND): 24 candidates, 8 rollouts each, and a small fixed
+    evaluation set."""
     from clawloop_assets.loop_config import LoopConfig
 
     return LoopConfig(
         candidates_per_round=24,
         rollouts_per_task=8,
+        # Wider than the default [1, 5] so that a small round admits tasks whatever
+        # the sampled outcomes; the band itself is tested in test_admission.py.
         admission_low=1,
         admission_high=7,
         heldout_samples=4,
         train_eval_samples=4,
         max_turns=1,
         train_batch_size=4,
+        # The evaluation set, small: two families at level 0, two samples each.
         evaluation_capabilities=["grouped_statistics", "entity_resolution"],
         evaluation_samples=2,
     )

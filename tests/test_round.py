@@ -7,10 +7,10 @@ import dagster as dg
 import pytest
 from conftest import docker_sandbox
 
+from benchmarks.round_phases import bench_round
 from clawloop_assets.cli import why_stopped
 from clawloop_assets.definitions import defs, gate_checks, resources_for, round_assets
 from clawloop_assets.evaluation import is_evaluation_seed
-from clawloop_assets.loop_config import LoopConfig
 from resources.embedded_policy import EmbeddedPolicyModel
 from resources.openai_policy import OpenAICompatiblePolicyModel
 from resources.sandbox import BubblewrapSandbox, DockerSandbox
@@ -19,21 +19,8 @@ from resources.warehouse import DuckDBWarehouse
 
 pytestmark = pytest.mark.slow
 
-SMALL_ROUND = LoopConfig(
-    candidates_per_round=24,  # 8 per capability
-    rollouts_per_task=8,
-    # Wider than the default [1, 5] so that a small round admits tasks whatever
-    # the sampled outcomes; the band itself is tested in test_admission.py.
-    admission_low=1,
-    admission_high=7,
-    heldout_samples=4,
-    train_eval_samples=4,
-    max_turns=1,
-    train_batch_size=4,
-    # The evaluation set, small: two families at level 0, two samples each.
-    evaluation_capabilities=["grouped_statistics", "entity_resolution"],
-    evaluation_samples=2,
-)
+# 24 candidates and a wide admission band: one definition, shared with `make bench`.
+SMALL_ROUND = bench_round()
 
 
 def round_resources(loop, policy=None, sandbox=None):
