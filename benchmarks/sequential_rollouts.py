@@ -1,5 +1,6 @@
-"""Sequential rollouts against a fixed N: the same level-0 candidates, the
-same seed and the embedded model, validated once with all N rollouts and once
+"""Sequential rollouts against a fixed N: the same candidates at the lowest
+level (the warm-up level the base model solves now and then, so some tasks
+are too easy early), the same seed and the embedded model, validated once with all N rollouts and once
 in waves (a task already too easy gets no more). Reports the rollouts saved
 and whether every admission decision is the same.
 
@@ -15,6 +16,7 @@ from pathlib import Path
 from clawloop_assets.admission import AdmissionBand, admission_is_final, decide_admission, sequential_waves
 from clawloop_assets.agent_loop import AgentSettings, judged_reward, run_in_waves, run_rollouts
 from clawloop_assets.catalogs import load_capability_catalog, load_domain_catalog
+from clawloop_assets.curriculum import MIN_LEVEL
 from clawloop_assets.synthesis import build_candidate, generator_spec, write_generator
 from clawloop_assets.task_bundle import load_task_bundle
 from resources.sandbox import BubblewrapSandbox
@@ -37,7 +39,7 @@ def measure(tasks_per_capability: int = 4, seed: int = 11) -> dict[str, float | 
         bundles = []
         for capability in load_capability_catalog():
             for j, domain in enumerate(load_domain_catalog()[:tasks_per_capability]):
-                spec = generator_spec(capability, domain, 0)
+                spec = generator_spec(capability, domain, MIN_LEVEL)
                 generator = write_generator(spec, root / "generators" / spec.generator_id)
                 build = build_candidate(sandbox, generator, spec, 100 + j, "round-bench", root / "tasks")
                 if build.error is None:

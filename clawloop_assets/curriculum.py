@@ -1,5 +1,5 @@
 """The synthesis plan: which capabilities, at which difficulty, how many
-candidates. Round 1 starts every capability at level 0. From round 2 on a
+candidates. Round 1 starts every capability on the two lowest levels. From round 2 on a
 closed-loop controller plans from the evidence of every round so far.
 
 Why closed-loop: the paper grew difficulty open-loop and overshot; its
@@ -28,10 +28,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-# Every generator family implements levels 0 to MAX_LEVEL (the scale in
-# generators/generator_common.py).
+# Every generator family implements levels MIN_LEVEL to MAX_LEVEL (the scale
+# in generators/generator_common.py): its own levels 0 to 5, below them the
+# two warm-up levels every family shares (one basic shell command on the
+# family's own files), so that a weak policy has tasks it sometimes solves.
+MIN_LEVEL = -2
 MAX_LEVEL = 5
-LEVELS = tuple(range(MAX_LEVEL + 1))
+LEVELS = tuple(range(MIN_LEVEL, MAX_LEVEL + 1))
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,11 @@ class CellEvidence:
         return self.passes / self.rollouts if self.rollouts else None
 
     @property
+    def smoothed_pass_rate(self) -> float:
+        """(passes + 1/2) / (rollouts + 1): finite in logits at 0 and 1."""
+        return (self.passes + 0.5) / (self.rollouts + 1)
+
+    @property
     def admission_rate(self) -> float:
         """Posterior mean under a uniform prior: 0.5 with no evidence."""
         return (self.admitted + 1) / (self.candidates + 2)
@@ -143,10 +151,23 @@ class Controller:
             raise ValueError(f"min_share must be in [0, 1], got {self.min_share}")
 
 
+# Round 1 splits every capability's candidates over the two lowest levels, so
+# that round 2 moves between measured levels instead of taking a blind,
+# hedged step up (training lifts the pass rate by about a logit a round, out
+# of the band at the lowest level for the embedded model).
+FIRST_LEVELS = LEVELS[:2]
+
+
 def first_plan(capabilities: Sequence[str], candidates_per_round: int) -> list[PlanEntry]:
     weight = 1.0 / len(capabilities)
     counts = _apportion(candidates_per_round, {c: weight for c in capabilities}, 0.0)
-    return [PlanEntry(c, 0, weight, counts[c], "round 1: every capability starts at level 0") for c in capabilities]
+    plan = []
+    for capability in capabilities:
+        split = _apportion(counts[capability], {level: 1.0 for level in FIRST_LEVELS}, 0.0, at_least_one=False)
+        plan += [PlanEntry(capability, level, weight / len(FIRST_LEVELS), split[level],
+                           f"round 1: every capability starts on levels {FIRST_LEVELS[0]} and {FIRST_LEVELS[-1]}")
+                 for level in FIRST_LEVELS if split[level]]
+    return plan
 
 
 @dataclass(frozen=True)
@@ -167,10 +188,13 @@ def _sigmoid(x: float) -> float:
 
 def estimate_drift(rounds: Sequence[Mapping[tuple[str, int], CellEvidence]], min_rollouts: float = 16.0) -> float:
     """How much the policy's pass rate moves in a round, in logits: the mean
-    change, from the second-last to the last round, over the (capability,
-    level) cells both measured. Each round trains the policy, so the next
-    round's policy is this much better than the one the evidence came from.
-    Clamped to [-1, 1]; 0 with fewer than two rounds."""
+    change, from the second-last to the last evidence (two rounds, or one
+    round's rollouts before and after training), over the (capability,
+    level) cells both measured, weighted by the smaller count. Each round
+    trains the policy, so the next round's policy is this much better than
+    the one the evidence came from. Rates are smoothed by half a pass and half
+    a failure, so a cell at 0 or 1 does not weigh in as infinitely far.
+    Clamped to [-1, 1]; 0 with fewer than two."""
     if len(rounds) < 2:
         return 0.0
     before, after = rounds[-2], rounds[-1]
@@ -179,7 +203,7 @@ def estimate_drift(rounds: Sequence[Mapping[tuple[str, int], CellEvidence]], min
         old = before.get(key)
         if old is None or min(old.rollouts, cell.rollouts) < min_rollouts:
             continue
-        changes.append(_logit(cell.pass_rate) - _logit(old.pass_rate))
+        changes.append(_logit(cell.smoothed_pass_rate) - _logit(old.smoothed_pass_rate))
         weights.append(min(old.rollouts, cell.rollouts))
     if not changes:
         return 0.0
@@ -202,7 +226,7 @@ def decide_level(current: int, evidence: Mapping[int, CellEvidence], controller:
     described = f"pass rate {rate:.0%} (95% CI {lo:.0%}-{hi:.0%}{f', {drift:+.2f} logits of drift' if drift else ''})"
     for neighbour in (current + 1, current - 1):
         other = evidence.get(neighbour)
-        if other is None or other.candidates < 2 or not 0 <= neighbour <= MAX_LEVEL:
+        if other is None or other.candidates < 2 or not MIN_LEVEL <= neighbour <= MAX_LEVEL:
             continue
         mine = wilson_interval(here.admitted, here.candidates, controller.z)
         theirs = wilson_interval(other.admitted, other.candidates, controller.z)
@@ -219,7 +243,7 @@ def decide_level(current: int, evidence: Mapping[int, CellEvidence], controller:
     if current < MAX_LEVEL and lo > inner_high:
         return _move(current, current + 1, evidence, here,
                      f"{described} is clearly above {'the band' if lo > high else f'{inner_high:.0%}, the inner band'}")
-    if current > 0 and hi < inner_low:
+    if current > MIN_LEVEL and hi < inner_low:
         return _move(current, current - 1, evidence, here,
                      f"{described} is clearly below {'the band' if hi < low else f'{inner_low:.0%}, the inner band'}")
     return LevelDecision({current: 1.0}, here.admission_rate, f"level {current} kept: {described}")
@@ -254,7 +278,7 @@ def next_plan(
     decisions = {}
     for capability in capabilities:
         by_level = {level: cell for (c, level), cell in evidence.items() if c == capability}
-        decisions[capability] = decide_level(current_levels.get(capability, 0), by_level, controller, drift)
+        decisions[capability] = decide_level(current_levels.get(capability, MIN_LEVEL), by_level, controller, drift)
     expected = {c: d.expected_admission for c, d in decisions.items()}
     tilt = {c: 1.0 + controller.weakness_tilt * failure_share.get(c, 0.0) for c in capabilities}
     weights, evenness = _weights_for_target(expected, tilt, controller)

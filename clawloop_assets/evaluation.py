@@ -24,6 +24,7 @@ from typing import Callable
 import polars as pl
 
 from clawloop_assets import catalogs, paths
+from clawloop_assets.curriculum import LEVELS
 from clawloop_assets.executable_domains import load_domains
 from clawloop_assets.synthesis import (
     GeneratorSpec,
@@ -39,10 +40,11 @@ from resources.sandbox import Sandbox
 # Synthesis draws seed `round_number * 1000 + j` (j < the plan's candidates),
 # so its seeds stay below 10**7 + candidates_per_round for rounds 1..9999.
 # Evaluation seeds live far above that and below 2**31 (every generator and
-# sampler takes them): EVALUATION_SEED_BASE + 1000 * level + index.
+# sampler takes them): EVALUATION_SEED_BASE + 1000 * slot + index, the slot
+# of level 0..5 being the level itself and the warm-up levels' slots coming
+# after (so a set built before the warm-up levels existed keeps its seeds).
 EVALUATION_SEED_BASE = 2_000_000_000
 SEEDS_PER_LEVEL = 1000
-MAX_LEVEL = 5  # the levels synthesis plans (schemas.SynthesisPlans)
 # Task ids of the set are "evaluation.<generator>.s<seed>"; a round's are "round-NNNN.<...>".
 EVALUATION_KEY = "evaluation"
 MANIFEST = "manifest.json"
@@ -65,8 +67,9 @@ class EvaluationSetSpec:
     seeds_per_cell: int = 1
 
     def __post_init__(self):
-        if not self.levels or any(not 0 <= level <= MAX_LEVEL for level in self.levels):
-            raise ValueError(f"evaluation levels must be a non-empty list within 0..{MAX_LEVEL}, got {list(self.levels)}")
+        if not self.levels or any(level not in LEVELS for level in self.levels):
+            raise ValueError(f"evaluation levels must be a non-empty list within {LEVELS[0]}..{LEVELS[-1]}, "
+                             f"got {list(self.levels)}")
         if not 1 <= self.seeds_per_cell <= SEEDS_PER_LEVEL:
             raise ValueError(f"evaluation seeds per cell must be in 1..{SEEDS_PER_LEVEL}, got {self.seeds_per_cell}")
         known = [c.id for c in catalogs.round_capabilities(catalogs.ROUTES)]
@@ -95,11 +98,12 @@ class PassAtOne:
 
 
 def evaluation_seed(level: int, index: int) -> int:
-    return EVALUATION_SEED_BASE + SEEDS_PER_LEVEL * level + index
+    slot = level if level >= 0 else LEVELS[-1] - level
+    return EVALUATION_SEED_BASE + SEEDS_PER_LEVEL * slot + index
 
 
 def is_evaluation_seed(seed: int) -> bool:
-    return EVALUATION_SEED_BASE <= seed < EVALUATION_SEED_BASE + SEEDS_PER_LEVEL * (MAX_LEVEL + 1)
+    return EVALUATION_SEED_BASE <= seed < EVALUATION_SEED_BASE + SEEDS_PER_LEVEL * len(LEVELS)
 
 
 def own_dir() -> Path:

@@ -70,8 +70,10 @@ def generator_prompt(capability: Capability, domain: Domain, difficulty: int, gu
         f"Capability: {capability.id} ({capability.track} track): {capability.description}\n"
         f"Skills it exercises: {', '.join(capability.skills)}\n"
         f"Domain vocabulary (params['domain']): {json.dumps(domain.as_params())}\n"
-        f"Difficulty level {difficulty} of 0-5: higher levels spread the data over an index file and per-entity files, "
-        "add distractor and dirty records, more hidden decisions and more data.\n"
+        f"Difficulty level {difficulty} of -2 to 5: levels -2 and -1 ask for one basic shell command on one file "
+        "(-2 says what to write or remove, -1 asks for something read from the file); from 0 up, higher levels "
+        "spread the data over an index file and per-entity files, add distractor and dirty records, more hidden "
+        "decisions and more data.\n"
     )
     if guidance:
         user += f"Weaknesses the last diagnosis found, to target: {guidance}\n"

@@ -8,6 +8,8 @@ from typing import Annotated, Optional
 import pandera.polars as pa
 import polars as pl
 
+from clawloop_assets.curriculum import MAX_LEVEL, MIN_LEVEL
+
 ROUND_KEY = r"^round-\d{4}$"
 # train_before/train_after: fresh rollouts on T_k with one seed, before and after
 # training (the validation rollouts chose T_k, so they are a biased "before").
@@ -87,7 +89,7 @@ class SynthesisPlans(_RoundTable):
     at which difficulty, and why (which diagnosis moved it)."""
 
     capability_id: str
-    difficulty: int = pa.Field(ge=0, le=5)
+    difficulty: int = pa.Field(ge=MIN_LEVEL, le=MAX_LEVEL)
     weight: float = pa.Field(ge=0)
     candidates: int = pa.Field(ge=0)
     source_round: Optional[str] = pa.Field(nullable=True)
@@ -99,7 +101,7 @@ class Generators(_RoundTable):
     generator_id: str
     capability_id: str
     domain_id: str
-    difficulty: int = pa.Field(ge=0, le=5)
+    difficulty: int = pa.Field(ge=MIN_LEVEL, le=MAX_LEVEL)
     track: str
     source: str = pa.Field(isin=["builtin", "model"])
     status: str = pa.Field(isin=["written", "rejected"])

@@ -33,8 +33,9 @@ GENERATOR_COMMON = GENERATORS_DIR / "generator_common.py"
 GENERATOR_LIMITS = SandboxLimits(wall_seconds=20.0, cpu_seconds=10, memory_bytes=512 << 20)
 # Disk quota of what one generator run may write (a bundle is kilobytes to a few megabytes).
 GENERATOR_OUTPUT_BYTES = 64 << 20
-# Turn caps grow with the level; the embedded model works in one turn at level 0.
-MAX_TURNS = {0: 4, 1: 8, 2: 16, 3: 24, 4: 32, 5: 40}
+# Turn caps grow with the level; the embedded model works in one turn at the
+# warm-up levels and level 0.
+MAX_TURNS = {-2: 4, -1: 4, 0: 4, 1: 8, 2: 16, 3: 24, 4: 32, 5: 40}
 COMMAND_TIMEOUT_S = 20.0
 OUTPUT_TAIL_CHARS = 600
 

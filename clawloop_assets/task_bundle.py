@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from clawloop_assets.curriculum import MIN_LEVEL
+
 TRACKS = ("analysis", "terminal")
 FORMATS = ("number", "text", "lines", "csv", "json", "files", "report", "tree", "sqlite", "python")
 REQUIRED_FILES = (
@@ -195,8 +197,8 @@ def load_task_bundle(path: Path) -> TaskBundle:
         raise TaskBundleError(f"{toml_path} [task]: field 'track' must be one of {TRACKS}, got {task['track']!r}")
     if task["format"] not in FORMATS:
         raise TaskBundleError(f"{toml_path} [task]: field 'format' must be one of {FORMATS}, got {task['format']!r}")
-    if not 0 <= task["difficulty"] <= 9:
-        raise TaskBundleError(f"{toml_path} [task]: field 'difficulty' must be in 0..9, got {task['difficulty']}")
+    if not MIN_LEVEL <= task["difficulty"] <= 9:  # 6..9: imported (Harbor) tasks beyond our families' levels
+        raise TaskBundleError(f"{toml_path} [task]: field 'difficulty' must be in {MIN_LEVEL}..9, got {task['difficulty']}")
     if limits["max_turns"] < 1 or limits["command_timeout_s"] <= 0:
         raise TaskBundleError(f"{toml_path} [limits]: fields 'max_turns' and 'command_timeout_s' must be positive")
 

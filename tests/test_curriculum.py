@@ -8,6 +8,7 @@ import pytest
 
 from clawloop_assets.curriculum import (
     MAX_LEVEL,
+    MIN_LEVEL,
     CellEvidence,
     Controller,
     decide_level,
@@ -22,10 +23,11 @@ CAPS = ["a", "b", "c", "d", "e", "f"]
 PAPER = Controller(band=(1 / 8, 5 / 8))  # N = 8, band [1, 5]
 
 
-def test_first_plan_starts_at_level_zero_with_the_whole_budget():
+def test_first_plan_splits_every_capability_over_the_two_lowest_levels():
     plan = first_plan(CAPS, 36)
-    assert {e.difficulty for e in plan} == {0}
-    assert sum(e.candidates for e in plan) == 36
+    assert sorted((e.capability_id, e.difficulty, e.candidates) for e in plan) == sorted(
+        (c, level, 3) for c in CAPS for level in (MIN_LEVEL, MIN_LEVEL + 1))
+    assert sum(e.candidates for e in first_plan(CAPS, 41)) == 41
 
 
 def test_wilson_interval_matches_the_textbook_value():
@@ -41,7 +43,9 @@ def test_drift_is_the_mean_logit_change_of_cells_seen_twice():
     before = {("a", 0): cell(16, 64), ("b", 1): cell(32, 64), ("c", 0): cell(1, 8)}
     after = {("a", 0): cell(24, 64), ("b", 1): cell(40, 64), ("c", 0): cell(8, 8)}
     logit = lambda p: math.log(p / (1 - p))  # noqa: E731
-    expected = (logit(24 / 64) - logit(16 / 64) + logit(40 / 64) - logit(32 / 64)) / 2  # c: too few rollouts
+    smooth = lambda passes, n: (passes + 0.5) / (n + 1)  # noqa: E731
+    expected = (logit(smooth(24, 64)) - logit(smooth(16, 64)) + logit(smooth(40, 64)) - logit(smooth(32, 64))) / 2
+    # (c: too few rollouts to count)
     assert estimate_drift([before, after]) == pytest.approx(expected)
     assert estimate_drift([after]) == 0.0
 
@@ -57,21 +61,23 @@ def test_levels_move_only_on_clear_evidence_and_by_one():
     assert decide_level(2, {2: cell(18, 32, 1, 4)}, PAPER, drift=1.0).levels == {2: 0.5, 3: 0.5}
     # 0 of 64 pass: clearly below; one level down.
     assert decide_level(3, {3: cell(0, 64, 0, 8)}, PAPER).levels == {2: 1.0}
-    assert decide_level(0, {0: cell(0, 64, 0, 8)}, PAPER).levels == {0: 1.0}
+    assert decide_level(MIN_LEVEL, {MIN_LEVEL: cell(0, 64, 0, 8)}, PAPER).levels == {MIN_LEVEL: 1.0}  # the bottom
+    assert decide_level(0, {0: cell(0, 64, 0, 8)}, PAPER).levels == {-1: 1.0}  # level 0 has warm-ups below it
     # A neighbour whose admission rate is clearly better wins outright.
     better = decide_level(2, {2: cell(1, 64, 0, 8), 1: cell(20, 64, 7, 8)}, PAPER)
     assert better.levels == {1: 1.0}
 
 
 def test_plan_follows_the_evidence_and_keeps_every_capability_in_the_pool():
-    evidence = {("a", 0): cell(60, 64, 0, 8), ("b", 0): cell(20, 64, 7, 8), ("c", 0): cell(0, 64, 0, 8)}
-    plan = next_plan(["a", "b", "c"], {"a": 0, "b": 0, "c": 0}, evidence, {"c": 1.0}, 40, PAPER)
+    L = MIN_LEVEL  # noqa: N806  (c, hopeless there, has nowhere lower to go)
+    evidence = {("a", L): cell(60, 64, 0, 8), ("b", L): cell(20, 64, 7, 8), ("c", L): cell(0, 64, 0, 8)}
+    plan = next_plan(["a", "b", "c"], {"a": L, "b": L, "c": L}, evidence, {"c": 1.0}, 40, PAPER)
     by_cap = {}
     for e in plan:
         by_cap.setdefault(e.capability_id, {})[e.difficulty] = e.candidates
     assert sum(sum(v.values()) for v in by_cap.values()) == 40
-    assert set(by_cap["a"]) == {0, 1}  # hedged move up
-    assert by_cap["b"] == {0: max(by_cap["b"].values())}
+    assert set(by_cap["a"]) == {L, L + 1}  # hedged move up
+    assert by_cap["b"] == {L: max(by_cap["b"].values())}
     assert sum(by_cap["b"].values()) > sum(by_cap["c"].values())  # admission outweighs the failure tilt
     assert all(sum(v.values()) >= math.ceil(0.05 * 40) for v in by_cap.values())
 
@@ -80,13 +86,17 @@ class SimulatedPolicy:
     """Pass probability of a task at level l for a capability of skill s:
     its mean is 1 / (1 + exp(2 (l - s))), and tasks differ (Beta with
     concentration 4). Training raises a capability's skill by 0.15 a round
-    when the round admitted tasks of it."""
+    when the round admitted tasks of it. Like the loop, a round also reruns
+    its admitted tasks before and after training (same tasks, 8 samples
+    each), which measures the drift the next round's plan shifts by."""
+
+    STEP = 0.15
 
     def __init__(self, skills: dict[str, float], rng: random.Random):
         self.skills, self.rng = dict(skills), rng
 
     def run_round(self, plan, n: int = 8, band: tuple[int, int] = (1, 5)):
-        evidence, admitted_by_cap, total_admitted, total = {}, {}, 0, 0
+        evidence, admitted_tasks, total_admitted, total = {}, [], 0, 0
         for entry in plan:
             mean = 1 / (1 + math.exp(2 * (entry.difficulty - self.skills[entry.capability_id])))
             for _ in range(entry.candidates):
@@ -95,13 +105,19 @@ class SimulatedPolicy:
                 admitted = band[0] <= passes <= band[1]
                 key = (entry.capability_id, entry.difficulty)
                 evidence.setdefault(key, CellEvidence()).add(1.0, passes, n, int(admitted), 1)
-                admitted_by_cap[entry.capability_id] = admitted_by_cap.get(entry.capability_id, 0) + admitted
+                if admitted:
+                    admitted_tasks.append((key, p))
                 total_admitted += admitted
                 total += 1
-        for capability, count in admitted_by_cap.items():
-            if count:
-                self.skills[capability] += 0.15
-        return evidence, total_admitted / total
+        trained = {key[0] for key, _ in admitted_tasks}
+        for capability in trained:
+            self.skills[capability] += self.STEP
+        before, after = {}, {}
+        for key, p in admitted_tasks:
+            lifted = 1 / (1 + math.exp(-(math.log(max(p, 1e-6) / max(1 - p, 1e-6)) + 2 * self.STEP)))
+            for side, rate in ((before, p), (after, lifted)):
+                side.setdefault(key, CellEvidence()).add(1.0, sum(self.rng.random() < rate for _ in range(n)), n)
+        return evidence, total_admitted / total, [before, after]
 
 
 def merge(history, recency):
@@ -122,23 +138,24 @@ def primary_levels(plan):
 
 def simulate(planner, rounds=10, candidates=256, seed=0):
     rng = random.Random(seed)
-    policy = SimulatedPolicy(dict(zip(CAPS, [-1.0, -0.5, 0.0, 0.25, 0.5, 1.0])), rng)
+    # Skills relative to the lowest level, where round 1 starts.
+    policy = SimulatedPolicy(dict(zip(CAPS, [MIN_LEVEL + s for s in (-1.0, -0.5, 0.0, 0.25, 0.5, 1.0)])), rng)
     plan, history, rates, plans = first_plan(CAPS, candidates), [], [], []
     for _ in range(rounds):
         plans.append(plan)
-        evidence, rate = policy.run_round(plan)
+        evidence, rate, before_after = policy.run_round(plan)
         history.append(evidence)
         rates.append(rate)
-        plan = planner(plan, history, candidates)
+        plan = planner(plan, history, candidates, before_after)
     return rates, plans
 
 
-def closed_loop(plan, history, candidates):
+def closed_loop(plan, history, candidates, before_after):
     return next_plan(CAPS, primary_levels(plan), merge(history, PAPER.recency), {}, candidates, PAPER,
-                     estimate_drift(history))
+                     estimate_drift(before_after))
 
 
-def open_loop(plan, history, candidates):
+def open_loop(plan, history, candidates, before_after):
     """The paper's growth: every capability one level harder each round."""
     return [e.__class__(e.capability_id, min(e.difficulty + 1, MAX_LEVEL), e.weight, e.candidates, "open loop")
             for e in plan]
@@ -146,7 +163,7 @@ def open_loop(plan, history, candidates):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_the_controller_converges_on_the_admission_band_without_overshoot(seed):
-    """Six capabilities from hopeless to easy at level 0, each getting better
+    """Six capabilities from hopeless to easy at the lowest level, each getting better
     every round it trains. The best level at any moment admits about 65%
     (a task's 8 passes land in [1, 5] that often at the best pass rate): from
     round 3 on the controller stays near it and never drops 10 points."""
@@ -180,16 +197,16 @@ def test_round_two_plan_follows_round_one_evidence_and_report(clawloop_home):
     from clawloop_assets.loop_config import LoopConfig
     from resources.warehouse import DuckDBWarehouse, table_frame
 
-    warehouse, key = DuckDBWarehouse(), "round-0001"
+    warehouse, key, L = DuckDBWarehouse(), "round-0001", MIN_LEVEL  # round 1 plans the lowest level
     passes = {"easy": 8, "band": 3, "hard": 0}
     plans, tasks, admissions, failures = [], [], [], []
     for capability, count in passes.items():
-        plans.append({"round": key, "capability_id": capability, "difficulty": 0, "weight": 1 / 3, "candidates": 4,
+        plans.append({"round": key, "capability_id": capability, "difficulty": L, "weight": 1 / 3, "candidates": 4,
                       "source_round": None, "reason": "round 1", "knobs": []})
         for i in range(4):
             task_id = f"{key}.{capability}.{i}"
             tasks.append({"round": key, "task_id": task_id, "generator_id": f"{capability}.g", "capability_id": capability,
-                          "domain_id": "d", "difficulty": 0, "track": "analysis", "seed": i, "bundle_path": None,
+                          "domain_id": "d", "difficulty": L, "track": "analysis", "seed": i, "bundle_path": None,
                           "build_status": "built", "build_error": None, "seconds": 0.1})
             admissions.append({"round": key, "task_id": task_id, "pass_count": count, "scored_rollouts": 8,
                                "excluded_rollouts": 0, "admitted": 1 <= count <= 5, "decision": "admitted"})
@@ -204,19 +221,19 @@ def test_round_two_plan_follows_round_one_evidence_and_report(clawloop_home):
 
     loop = LoopConfig(candidates_per_round=30)
     levels, evidence, failure_share, drift, causes = controller_inputs(warehouse, "round-0002", loop.controller_recency)
-    assert levels == {"easy": 0, "band": 0, "hard": 0} and drift == 0.0
-    assert evidence[("easy", 0)].pass_rate == 1.0 and evidence[("band", 0)].admitted == 4
+    assert levels == {"easy": L, "band": L, "hard": L} and drift == 0.0
+    assert evidence[("easy", L)].pass_rate == 1.0 and evidence[("band", L)].admitted == 4
     assert failure_share == {"easy": 0.0, "band": 0.0, "hard": 1.0}
     assert causes == {"hard": {"premature_termination": 4}}
     plan = next_plan(list(passes), levels, evidence, failure_share, 30, loop.controller(), drift, causes)
     by = {(e.capability_id, e.difficulty): e for e in plan}
-    assert ("easy", 1) in by and ("easy", 0) in by and "clearly above the band" in by[("easy", 1)].reason
-    assert by[("band", 0)].candidates > by[("hard", 0)].candidates >= 2
-    assert "100% of diagnosed failures" in by[("hard", 0)].reason
+    assert ("easy", L + 1) in by and ("easy", L) in by and "clearly above the band" in by[("easy", L + 1)].reason
+    assert by[("band", L)].candidates > by[("hard", L)].candidates >= 2
+    assert "100% of diagnosed failures" in by[("hard", L)].reason
     # The report's root cause turns the knob that targets it, for that capability only.
-    assert by[("hard", 0)].knobs == ("final_check",)
-    assert "knobs final_check (premature_termination 100%)" in by[("hard", 0)].reason
-    assert by[("band", 0)].knobs == () and by[("easy", 0)].knobs == ()
+    assert by[("hard", L)].knobs == ("final_check",)
+    assert "knobs final_check (premature_termination 100%)" in by[("hard", L)].reason
+    assert by[("band", L)].knobs == () and by[("easy", L)].knobs == ()
 
 
 def test_knobs_follow_the_dominant_root_causes():
@@ -229,3 +246,37 @@ def test_knobs_follow_the_dominant_root_causes():
     assert knobs["a"][0] == ("inline_contract", "list_workspace_files")  # wrong_tool: 10%, below the share
     assert knobs["d"][0] == ("inline_contract", "list_tools")
     assert "b" not in knobs and "c" not in knobs
+
+
+def test_drift_comes_from_the_last_rounds_rollouts_before_and_after_training():
+    """The round's own before/after rollouts on T_k and E_k (same tasks, same
+    seeds) measure how far training moved the pass rate; the plan of the next
+    round shifts its evidence by that much."""
+    from clawloop_assets.assets.synthesis import training_drift
+    from resources.warehouse import DuckDBWarehouse, table_frame
+
+    warehouse, key = DuckDBWarehouse(), "round-0001"
+    tasks, rollouts = [], []
+    passes = {"train_before": 2, "train_after": 6, "heldout_before": 4, "heldout_after": 12}
+    for i, (split, samples) in enumerate((("train", 8), ("heldout", 16))):
+        task_id = f"{key}.a.{i}"
+        tasks.append({"round": key, "task_id": task_id, "generator_id": "a.g", "capability_id": "a", "domain_id": "d",
+                      "difficulty": MIN_LEVEL, "track": "analysis", "seed": i, "bundle_path": None,
+                      "build_status": "built", "build_error": None, "seconds": 0.1})
+        for phase in (f"{split}_before", f"{split}_after"):
+            for j in range(samples):
+                rollouts.append({
+                    "round": key, "rollout_id": f"{task_id}.{phase}.{j}", "task_id": task_id, "phase": phase,
+                    "checkpoint_id": "c", "sample_index": j, "status": "scored", "reward": float(j < passes[phase]),
+                    "error": None, "turns": 1, "submitted": False, "canary_seen": False, "commands": ["true"],
+                    "exit_codes": [0], "last_output": "", "verifier_checks": "[]", "token_ids": [1],
+                    "action_mask": [1], "sampling_logprobs": [0.0], "temperature": 0.7, "prompt_tokens": 1,
+                    "generated_tokens": 1, "model_seconds": 0.0, "sandbox_seconds": 0.0})
+    warehouse.replace("tasks", table_frame("tasks", tasks), {"round": key})
+    warehouse.replace("rollouts", table_frame("rollouts", rollouts), {"round": key})
+    logit = lambda p: math.log(p / (1 - p))  # noqa: E731
+    # 6 of 24 before, 18 of 24 after, pooled over T_k and E_k of the one cell.
+    expected = min(1.0, logit(18.5 / 25) - logit(6.5 / 25))
+    assert training_drift(warehouse, key, []) == pytest.approx(expected) and expected > 0.9
+    # Without those rollouts it falls back to the change between rounds (none here).
+    assert training_drift(warehouse, "round-0002", []) == 0.0

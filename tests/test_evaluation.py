@@ -112,7 +112,7 @@ def test_imported_bundles_join_the_set_and_a_malformed_one_is_named(clawloop_hom
 def test_no_round_ever_draws_an_evaluation_seed_or_task(clawloop_home):
     """Synthesis seeds (round * 1000 + j) stay below the reserved range for every
     round number, even with far more candidates per round than any profile uses."""
-    evaluation_plan = planned_tasks(LoopConfig(evaluation_levels=[0, 1, 5], evaluation_seeds_per_cell=3).evaluation_set())
+    evaluation_plan = planned_tasks(LoopConfig(evaluation_levels=[-2, -1, 0, 1, 5], evaluation_seeds_per_cell=3).evaluation_set())
     evaluation_ids = {task_id_for("evaluation", g, s) for g, s in evaluation_plan}
     assert all(is_evaluation_seed(s) and s < 2**31 for _, s in evaluation_plan)
     warehouse = DuckDBWarehouse()
@@ -175,7 +175,7 @@ def test_pass_at_1_averages_each_tasks_scored_samples_then_the_tasks():
 def test_bad_evaluation_knobs_are_named():
     with pytest.raises(ValueError, match=r"evaluation capabilities \['juggling'\] are unknown"):
         LoopConfig(evaluation_capabilities=["juggling"])
-    with pytest.raises(ValueError, match="evaluation levels must be a non-empty list within 0..5, got \\[7\\]"):
+    with pytest.raises(ValueError, match="evaluation levels must be a non-empty list within -2..5, got \\[7\\]"):
         LoopConfig(evaluation_levels=[7])
     with pytest.raises(ValueError, match="evaluation_samples must be at least 1"):
         LoopConfig(evaluation_samples=0)

@@ -100,7 +100,7 @@ def test_family_builds_and_passes_agent_free_validation(sandbox, tmp_path, capab
     assert result.oracle_passed and result.untouched_failed and result.leak_free
 
 
-KNOB_CASES = [(capability, level) for capability in sorted(CAPABILITIES) for level in (0, 3)]
+KNOB_CASES = [(capability, level) for capability in sorted(CAPABILITIES) for level in (LEVELS[0], 0, 3)]
 
 
 @pytest.mark.parametrize("capability, level", KNOB_CASES, ids=[f"{c}-L{lv}" for c, lv in KNOB_CASES])

@@ -40,7 +40,7 @@ sys.dont_write_bytecode = True
 
 import task_graphs  # noqa: E402
 import tool_cli  # noqa: E402
-from generator_common import assemble, run  # noqa: E402
+from generator_common import assemble, build_level, run  # noqa: E402
 
 DB = "domain.db"
 # Level -> structural features of the abstract graph, gold steps, background size.
@@ -395,7 +395,13 @@ def command(tool, args):
 
 
 def build(seed, params):
-    level = params["difficulty"]
+    # Levels 0-5 are task graphs; the warm-up levels below them are one shell
+    # command on a text file of the level-0 workspace (generator_common).
+    return build_level([lambda rng, seed, params, level=level: graph_task(level, seed, params)
+                        for level in range(len(LEVELS))], seed, params)
+
+
+def graph_task(level, seed, params):
     features, length, size = LEVELS[level]
     meta = params["domain"]
     keys = meta["business_keys"]
@@ -422,7 +428,7 @@ def build(seed, params):
             with open(domain.base, "rb") as handle:
                 database = handle.read()
             return bundle(params, meta, domain, grounding, graph, instruction, database, after, keys,
-                          goal_values, attempt)
+                          goal_values, attempt, features)
     common = sorted(reasons.items(), key=lambda kv: -kv[1])[:3]
     raise ValueError("no grounding of a %s graph in %s after %d attempts (%s)"
                      % ("+".join(features) or "plain", meta["id"], ATTEMPTS, "; ".join("%s x%d" % kv for kv in common)))
@@ -436,7 +442,7 @@ def instruction_text(meta, grounding, lines):
             % (meta["title"], DB, rules, given or "nothing more", DB, "\n".join(lines), DB))
 
 
-def bundle(params, meta, domain, grounding, graph, instruction, database, after, keys, goal_values, attempt):
+def bundle(params, meta, domain, grounding, graph, instruction, database, after, keys, goal_values, attempt, features):
     environment = {
         DB: database,
         "tools.py": open(os.path.join(HERE, "tools.py"), encoding="utf-8").read(),
@@ -466,7 +472,7 @@ def bundle(params, meta, domain, grounding, graph, instruction, database, after,
     solution = "\n".join(command(t, a) + (" || true  # refused, as planned" if refused else "")
                          for t, a, _, refused in grounding.steps)
     task = assemble(params, instruction, environment, contract, checks, {DB: "end state"}, solution, "sqlite")
-    task["meta"]["features"] = sorted(LEVELS[params["difficulty"]][0])
+    task["meta"]["features"] = sorted(features)
     task["meta"]["task_graph"] = task_graphs.to_dict(graph)
     task["meta"]["gold_trajectory"] = [{"tool": t, "arguments": a, "refused": refused} for t, a, _, refused in grounding.steps]
     task["meta"]["grounding_attempts"] = attempt + 1

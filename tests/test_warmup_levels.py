@@ -1,0 +1,124 @@
+"""The warm-up levels below every family's level 0: one basic shell command
+on a file of the family's own workspace. Every capability, both routes,
+builds them in the real sandbox into bundles that pass agent-free
+validation; the seed rotates through the level's operations; the command
+the instruction asks for (and shows, at the lowest level) passes the real
+verifier and a near miss fails it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from clawloop_assets import catalogs
+from clawloop_assets.agent_free_validation import validate_without_agent
+from clawloop_assets.curriculum import LEVELS, MIN_LEVEL
+from clawloop_assets.executable_domains import load_domains
+from clawloop_assets.generators.generator_common import WARMUP_LEVELS, WARMUP_OPERATIONS
+from clawloop_assets.synthesis import MAX_TURNS, build_candidate, domain_generator_spec, generator_spec, write_generator
+from clawloop_assets.task_bundle import TaskBundle, load_task_bundle
+from clawloop_assets.verification import run_verifier
+from resources.sandbox import BubblewrapSandbox, Mount
+
+CAPABILITIES = catalogs.round_capabilities(catalogs.ROUTES)
+DOMAINS = catalogs.load_domain_catalog()
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    return BubblewrapSandbox()
+
+
+def build(sandbox, root: Path, capability, level: int, seed: int) -> TaskBundle:
+    index = [c.id for c in CAPABILITIES].index(capability.id)
+    if catalogs.route_of(capability.id) == "domain":
+        domains = load_domains()
+        spec = domain_generator_spec(capability, domains[seed % len(domains)], level)
+    else:
+        spec = generator_spec(capability, DOMAINS[(3 * index + seed) % len(DOMAINS)], level)
+    generator = write_generator(spec, root / "generators" / spec.generator_id)
+    candidate = build_candidate(sandbox, generator, spec, seed, "round-0001", root / "tasks")
+    assert candidate.error is None, candidate.error
+    return load_task_bundle(candidate.bundle_dir)
+
+
+def operation_of(bundle: TaskBundle) -> str:
+    return json.loads((bundle.root / "meta.json").read_text())["operation"]
+
+
+def test_the_warmup_levels_are_the_bottom_of_the_one_scale():
+    assert LEVELS[: len(WARMUP_LEVELS)] == WARMUP_LEVELS and MIN_LEVEL == WARMUP_LEVELS[0]
+    assert set(WARMUP_OPERATIONS) == set(WARMUP_LEVELS)
+    assert set(MAX_TURNS) == set(LEVELS)
+
+
+@pytest.mark.parametrize("capability", CAPABILITIES, ids=[c.id for c in CAPABILITIES])
+def test_every_capability_builds_every_warmup_operation(sandbox, tmp_path, capability):
+    for level in WARMUP_LEVELS:
+        operations = WARMUP_OPERATIONS[level]
+        seen = []
+        for seed in range(len(operations)):
+            bundle = build(sandbox, tmp_path / f"L{level}-s{seed}", capability, level, seed)
+            assert bundle.difficulty == level and bundle.capability == capability.id
+            seen.append(operation_of(bundle))
+            # One short command, and one sentence that names its file.
+            command = bundle.solution_path.read_text().strip().splitlines()[-1]
+            assert len(command) < 120 and "\n" not in bundle.instruction.strip(), bundle.instruction
+            result = validate_without_agent(sandbox, bundle, tmp_path / f"scratch-L{level}-s{seed}")
+            assert result.passed, (level, seed, result.reason)
+        assert seen == list(operations)  # the seed rotates through the level's operations
+
+
+# A command the instruction's wording invites but that misses, per operation.
+NEAR_MISSES = {
+    "append_word": "echo something >> {file}",
+    "delete_file": "rm -f ./*",
+    "copy_file": "mv {file} {target}",
+    "count_characters": "wc -l < {file} > chars.txt",
+}
+
+
+def run_command(sandbox, bundle: TaskBundle, command: str, directory: Path):
+    workspace = Path(shutil.copytree(bundle.environment_dir, directory))
+    done = sandbox.run(["bash", "-c", command], [Mount(workspace, "/workspace", writable=True)])
+    assert done.exit_code == 0, done
+    return run_verifier(sandbox, bundle, workspace)
+
+
+@pytest.mark.parametrize("level", WARMUP_LEVELS)
+def test_the_asked_command_passes_and_a_near_miss_fails(sandbox, tmp_path, level):
+    capability = next(c for c in CAPABILITIES if c.id == "log_analysis")
+    for seed, operation in enumerate(WARMUP_OPERATIONS[level]):
+        bundle = build(sandbox, tmp_path / f"s{seed}", capability, level, seed)
+        assert operation_of(bundle) == operation
+        asked = bundle.solution_path.read_text().strip().splitlines()[-1]
+        assert bundle.instruction.strip().endswith(f"Run: {asked}") == (level == WARMUP_LEVELS[0])
+        passed = run_command(sandbox, bundle, asked, tmp_path / f"asked-{seed}")
+        assert (passed.status, passed.reward) == ("scored", 1.0), passed
+        file = json.loads((bundle.root / "meta.json").read_text())["file"]
+        target = bundle.contract["deliverable"]["path"]
+        miss = NEAR_MISSES[operation].format(file=file, target=target)
+        failed = run_command(sandbox, bundle, miss, tmp_path / f"miss-{seed}")
+        assert (failed.status, failed.reward) == ("scored", 0.0), (operation, miss, failed)
+
+
+def test_a_workspace_of_databases_only_gets_a_table_export(sandbox, tmp_path):
+    capability = next(c for c in CAPABILITIES if c.id == "sqlite_change_set")
+    bundle = build(sandbox, tmp_path, capability, -1, 0)
+    files = sorted(p.name for p in bundle.environment_dir.iterdir())
+    exports = [name for name in files if name.endswith(".csv")]
+    assert "data.db" in files and len(exports) == 1
+    assert exports[0] in bundle.instruction
+    rows = (bundle.environment_dir / exports[0]).read_text().splitlines()
+    assert len(rows) >= 3 and "," in rows[0]
+
+
+def test_an_unknown_level_names_the_whole_scale(sandbox, tmp_path):
+    capability = next(c for c in CAPABILITIES if c.id == "grouped_statistics")
+    spec = generator_spec(capability, DOMAINS[0], 9)
+    generator = write_generator(spec, tmp_path / "generators" / spec.generator_id)
+    candidate = build_candidate(sandbox, generator, spec, 0, "round-0001", tmp_path / "tasks")
+    assert candidate.error and "difficulty must be -2, -1, 0, 1, 2, 3, 4 or 5, got 9" in candidate.error
