@@ -1,5 +1,5 @@
 """The synthesis plan: which capabilities, at which difficulty, how many
-candidates. Round 1 starts every capability on the two lowest levels. From round 2 on a
+candidates. Round 1 starts every capability at the lowest level. From round 2 on a
 closed-loop controller plans from the evidence of every round so far.
 
 Why closed-loop: the paper grew difficulty open-loop and overshot; its
@@ -151,23 +151,11 @@ class Controller:
             raise ValueError(f"min_share must be in [0, 1], got {self.min_share}")
 
 
-# Round 1 splits every capability's candidates over the two lowest levels, so
-# that round 2 moves between measured levels instead of taking a blind,
-# hedged step up (training lifts the pass rate by about a logit a round, out
-# of the band at the lowest level for the embedded model).
-FIRST_LEVELS = LEVELS[:2]
-
-
 def first_plan(capabilities: Sequence[str], candidates_per_round: int) -> list[PlanEntry]:
     weight = 1.0 / len(capabilities)
     counts = _apportion(candidates_per_round, {c: weight for c in capabilities}, 0.0)
-    plan = []
-    for capability in capabilities:
-        split = _apportion(counts[capability], {level: 1.0 for level in FIRST_LEVELS}, 0.0, at_least_one=False)
-        plan += [PlanEntry(capability, level, weight / len(FIRST_LEVELS), split[level],
-                           f"round 1: every capability starts on levels {FIRST_LEVELS[0]} and {FIRST_LEVELS[-1]}")
-                 for level in FIRST_LEVELS if split[level]]
-    return plan
+    return [PlanEntry(c, MIN_LEVEL, weight, counts[c], f"round 1: every capability starts at level {MIN_LEVEL}")
+            for c in capabilities]
 
 
 @dataclass(frozen=True)

@@ -127,27 +127,7 @@ def controller_inputs(warehouse: Warehouse, round_key: str, recency: float):
     failure_causes: dict[str, dict[str, int]] = {}
     for row in summaries.group_by("capability_id", "root_cause").len().iter_rows(named=True):
         failure_causes.setdefault(row["capability_id"], {})[row["root_cause"]] = row["len"]
-    return levels, evidence, failure_share, training_drift(warehouse, upstream, per_round), failure_causes
-
-
-def training_drift(warehouse: Warehouse, upstream: str, per_round) -> float:
-    """How far training moved the pass rate, in logits: measured in the last
-    round on the same tasks and seeds before and after training (T_k and E_k),
-    which is exactly the step from the evidence's policy to the one that runs
-    next; from the last two rounds' validation evidence when the last round
-    has no such pairs."""
-    tasks = warehouse.read("tasks", {"round": upstream}).select("task_id", "capability_id", "difficulty")
-    rollouts = warehouse.read("rollouts", {"round": upstream}).filter(pl.col("status") == "scored")
-    sides = []
-    for phases in (("train_before", "heldout_before"), ("train_after", "heldout_after")):
-        counts = (rollouts.filter(pl.col("phase").is_in(phases)).join(tasks, on="task_id")
-                  .group_by("capability_id", "difficulty")
-                  .agg(passes=(pl.col("reward") >= 1.0).sum(), rollouts=pl.len()))
-        sides.append({(row["capability_id"], row["difficulty"]): curriculum.CellEvidence(row["passes"], row["rollouts"])
-                      for row in counts.iter_rows(named=True)})
-    if sides[0] and sides[1]:
-        return curriculum.estimate_drift(sides)
-    return curriculum.estimate_drift(per_round)
+    return levels, evidence, failure_share, curriculum.estimate_drift(per_round), failure_causes
 
 
 def candidate_assignments(warehouse: Warehouse, round_key: str) -> list[tuple[GeneratorSpec, int]]:

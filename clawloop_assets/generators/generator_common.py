@@ -77,7 +77,7 @@ def build_level(levels, seed, params):
 # either form (sorting lines: 1 pass in 104) are left out, and so are those
 # it solves almost always (writing a word to a new file: 69%).
 WARMUP_LEVELS = (-2, -1)
-# The operations of each level, in the order the seed rotates through them.
+# The operations of each level.
 WARMUP_OPERATIONS = {-2: ("append_word", "count_characters", "copy_file"),
                      -1: ("append_word", "delete_file", "count_characters", "copy_file")}
 # Everyday words for append_word: a rare word (a domain term) turns the task
@@ -166,8 +166,10 @@ OPERATIONS = {"append_word": _append_word, "delete_file": _delete_file, "count_c
 
 
 def one_step_task(rng, seed, params, workspace):
-    """A warm-up task: the operation `WARMUP_OPERATIONS[level][seed % n]` on one
-    text file of `workspace` (the family's level-0 files, kept as they are)."""
+    """A warm-up task: one operation of `WARMUP_OPERATIONS[level]`, drawn from
+    the seeded source (a plan entry's seeds start at 0, so `seed % n` would
+    favour the first operations), on one text file of `workspace` (the
+    family's level-0 files, kept as they are)."""
     level = params["difficulty"]
     # The family's own contract goes; this task's is written by assemble.
     workspace = {name: data for name, data in workspace.items() if name != "CONTRACT.md"}
@@ -180,8 +182,7 @@ def one_step_task(rng, seed, params, workspace):
     if not files:
         raise ValueError("the level-0 workspace has no text file of three lines or more for a warm-up task")
     name = rng.choice(files[:4])
-    operations = WARMUP_OPERATIONS[level]
-    operation = operations[seed % len(operations)]
+    operation = rng.choice(WARMUP_OPERATIONS[level])
     others = {other: _sha256(data) for other, data in workspace.items() if other != name}
     instruction, deliverable, rules, checks, command, fmt, labels = OPERATIONS[operation](
         rng, name, workspace[name], others)
