@@ -178,8 +178,7 @@ def _sigmoid(x: float) -> float:
 
 def estimate_drift(rounds: Sequence[Mapping[tuple[str, int], CellEvidence]], min_rollouts: float = 16.0) -> float:
     """How much the policy's pass rate moves in a round, in logits: the mean
-    change, from the second-last to the last evidence (two rounds, or one
-    round's rollouts before and after training), over the (capability,
+    change, from the second-last to the last round, over the (capability,
     level) cells both measured, weighted by the smaller count. Each round
     trains the policy, so the next round's policy is this much better than
     the one the evidence came from. Rates are smoothed by half a pass and half
