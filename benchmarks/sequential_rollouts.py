@@ -1,8 +1,8 @@
 """Sequential rollouts against a fixed N: the same candidates at the lowest
 level (the warm-up level the base model solves now and then, so some tasks
-are too easy early), the same seed and the embedded model, validated once with all N rollouts and once
-in waves (a task already too easy gets no more). Reports the rollouts saved
-and whether every admission decision is the same.
+are too easy early), the same seed and the embedded model, validated once
+with all N rollouts and once in waves (a task already too easy gets no more).
+Reports the rollouts saved and whether every admission decision is the same.
 
     python -m benchmarks.sequential_rollouts
 """

@@ -21,14 +21,13 @@ resolved by a stated rule.
 """
 
 import datetime
-import hashlib
 import os
 import sys
 
 # -I drops the script's directory from sys.path; it is our read-only /generator, so put it back.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from generator_common import assemble, build_level, csv_text, record_ids, run  # noqa: E402
+from generator_common import assemble, build_level, csv_text, record_ids, run, sha256  # noqa: E402
 
 
 def main():
@@ -43,10 +42,6 @@ def document(rng, domain, name):
     lines += ["%s-%04d %s %s" % (domain["id_prefix"], rng.randint(1, 9999), rng.choice(domain["group_values"]),
                                  rng.randint(1, 999)) for _ in range(rng.randint(2, 5))]
     return "\n".join(lines) + "\n"
-
-
-def sha256(text):
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def make_files(rng, domain, per_extension):

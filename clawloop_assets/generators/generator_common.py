@@ -58,7 +58,7 @@ def build_level(levels, seed, params):
     level = params["difficulty"]
     if level in WARMUP_LEVELS:
         workspace = levels[0](rng, seed, dict(params, knobs=[]))["environment"]
-        return one_step_task(rng, seed, params, workspace)
+        return one_step_task(rng, params, workspace)
     for number, build in enumerate(levels):
         if level == number:
             return build(rng, seed, params)
@@ -74,7 +74,7 @@ def build_level(levels, seed, params):
 # Level -2 shows the command to run (the model still has to copy it right:
 # base pass rates 14-50% by operation); level -1 asks for the same kind of
 # operation in words only (3-41%). Operations the base model never solved in
-# either form (sorting lines: 1 pass in 104) are left out, and so are those
+# either form (sorting lines: 2 passes in 104) are left out, and so are those
 # it solves almost always (writing a word to a new file: 69%).
 WARMUP_LEVELS = (-2, -1)
 # The operations of each level.
@@ -120,7 +120,8 @@ def _table_exports(workspace):
     return exports
 
 
-def _sha256(data):
+def sha256(data):
+    """Hex digest of text (as UTF-8) or bytes: what a tree check compares."""
     return hashlib.sha256(data if isinstance(data, bytes) else data.encode("utf-8")).hexdigest()
 
 
@@ -155,7 +156,7 @@ def _count_characters(rng, name, text, others):
 def _copy_file(rng, name, text, others):
     # backup.<ext>: a short target name, which the model copies far more often right.
     target = "backup." + name.rsplit(".", 1)[-1] if "." in name.rsplit("/", 1)[-1] else "backup"
-    checks = [{"type": "tree", "name": "%s copied" % name, "files": {name: _sha256(text), target: _sha256(text)}}]
+    checks = [{"type": "tree", "name": "%s copied" % name, "files": {name: sha256(text), target: sha256(text)}}]
     return ("Copy %s to %s." % (name, target),
             {"path": target, "format": "text", "schema": "a byte-for-byte copy of %s" % name},
             ["%s stays where it is." % name], checks, "cp %s %s" % (name, target), "tree", [])
@@ -165,7 +166,7 @@ OPERATIONS = {"append_word": _append_word, "delete_file": _delete_file, "count_c
               "copy_file": _copy_file}
 
 
-def one_step_task(rng, seed, params, workspace):
+def one_step_task(rng, params, workspace):
     """A warm-up task: one operation of `WARMUP_OPERATIONS[level]`, drawn from
     the seeded source (a plan entry's seeds start at 0, so `seed % n` would
     favour the first operations), on one text file of `workspace` (the
@@ -183,7 +184,7 @@ def one_step_task(rng, seed, params, workspace):
         raise ValueError("the level-0 workspace has no text file of three lines or more for a warm-up task")
     name = rng.choice(files[:4])
     operation = rng.choice(WARMUP_OPERATIONS[level])
-    others = {other: _sha256(data) for other, data in workspace.items() if other != name}
+    others = {other: sha256(data) for other, data in workspace.items() if other != name}
     instruction, deliverable, rules, checks, command, fmt, labels = OPERATIONS[operation](
         rng, name, workspace[name], others)
     if level == WARMUP_LEVELS[0]:
@@ -193,7 +194,7 @@ def one_step_task(rng, seed, params, workspace):
     for check in task["answer"]["checks"]:
         if check["type"] == "tree" and check["files"] is others:
             # "Every other file stays": CONTRACT.md too, known once rendered.
-            check["files"] = dict(others, **{"CONTRACT.md": _sha256(task["environment"]["CONTRACT.md"])})
+            check["files"] = dict(others, **{"CONTRACT.md": sha256(task["environment"]["CONTRACT.md"])})
     task["meta"]["operation"], task["meta"]["file"] = operation, name
     return task
 
