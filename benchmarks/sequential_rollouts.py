@@ -14,9 +14,10 @@ import time
 from pathlib import Path
 
 from clawloop_assets.admission import AdmissionBand, admission_is_final, decide_admission, sequential_waves
-from clawloop_assets.agent_loop import AgentSettings, judged_reward, run_in_waves, run_rollouts
+from clawloop_assets.agent_loop import judged_reward, run_in_waves, run_rollouts
 from clawloop_assets.catalogs import load_capability_catalog, load_domain_catalog
 from clawloop_assets.curriculum import MIN_LEVEL
+from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.synthesis import build_candidate, generator_spec, write_generator
 from clawloop_assets.task_bundle import load_task_bundle
 from resources.sandbox import BubblewrapSandbox
@@ -32,7 +33,8 @@ def decisions(rollouts) -> dict[str, str]:
 def measure(tasks_per_capability: int = 4, seed: int = 11) -> dict[str, float | bool]:
     from resources.embedded_policy import EmbeddedPolicyModel
 
-    sandbox, band, settings = BubblewrapSandbox(), AdmissionBand(), AgentSettings()
+    # The loop's own agent settings (one turn, its sampling temperature), as validation runs them.
+    sandbox, band, settings = BubblewrapSandbox(), AdmissionBand(), LoopConfig().agent_settings()
     policy = EmbeddedPolicyModel()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

@@ -7,7 +7,9 @@ import dagster as dg
 import pytest
 from conftest import docker_sandbox
 
+from benchmarks import sampling_temperature
 from benchmarks.round_phases import bench_round
+from clawloop_assets.assets.validation import round_seed
 from clawloop_assets.cli import why_stopped
 from clawloop_assets.definitions import defs, gate_checks, resources_for, round_assets
 from clawloop_assets.evaluation import is_evaluation_seed
@@ -133,6 +135,14 @@ def test_two_rounds_end_to_end(clawloop_home):
     checkpoints = warehouse.read("checkpoints", {"round": "round-0001"})
     assert set(checkpoints["kind"]) == {"sft", "policy"}
     assert summary["policy_checkpoint_id"] in checkpoints["checkpoint_id"].to_list()
+
+    # The temperature benchmark judges a finished round as the round did: at
+    # the loop's temperature and the validation seed, the same admissions.
+    bundles, checkpoint = sampling_temperature.round_inputs(clawloop_home, 1)
+    assert checkpoint is None and len(bundles) == summary["agent_free_passed"]
+    [rerun] = sampling_temperature.measure(clawloop_home, 1, [SMALL_ROUND.temperature],
+                                           round_seed("round-0001", "validation", SMALL_ROUND), SMALL_ROUND)
+    assert (rerun["tasks"], rerun["admitted"]) == (len(bundles), summary["admitted"])
 
     # Rematerializing one asset of the round replaces its rows: no duplicates.
     admissions = warehouse.read("admissions", {"round": "round-0001"})
