@@ -22,8 +22,9 @@ budget taught nothing. The controller here:
   file, ...) the same way: each operation's admission rate so far, pooled
   over capabilities, and the most even mix that reaches the target, every
   operation keeping `min_operation_share` so that it stays measured (one
-  level's operations differ more than its capabilities do: measured, copying
-  a file was admitted 6 times in 27, counting characters 15 in 17);
+  level's operations differ more than its capabilities do: in round 1 of a
+  run at temperature 0.9, copying a file was admitted 6 times in 27,
+  counting characters 15 in 17);
 - tilts weight toward capabilities the diagnosis found weak, and turns the
   knobs of their generators that target the root causes it found.
 """

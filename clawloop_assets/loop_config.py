@@ -36,11 +36,12 @@ class LoopConfig(dg.ConfigurableResource):
     max_new_tokens: int = 48
     # The rollouts' sampling temperature sets how much a group of 8 samples of
     # one task differ, and so how many tasks land in the admission band (and
-    # give GRPO a group with mixed rewards). Measured with the policy one round
-    # of training made (run exp3, round 2's 64 candidates x 8): admission 58%
-    # at 0.7, 75% at 0.85, 80% at 0.9, 66% at 1.0 (TRL's GRPO default). At 0.7
-    # this 135M model is near-deterministic on a task, so most tasks pass
-    # almost always or never.
+    # give GRPO a group with mixed rewards). Measured on a run's round-2
+    # candidates with the policy that validated them (README, "Sampling
+    # temperature"; benchmarks/sampling_temperature.py): admission 58% at 0.7,
+    # 75% at 0.85, 80% at 0.9, 66% at 1.0 (TRL's GRPO default). At 0.7 this
+    # 135M model is near-deterministic on a task: it passes most tasks almost
+    # always or never.
     temperature: float = 0.9
     training_mode: Literal["sft_then_grpo", "grpo_only", "sft_only"] = "sft_then_grpo"
     # "model": the round's input policy writes each generator program (for a
