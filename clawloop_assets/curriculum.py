@@ -18,13 +18,6 @@ budget taught nothing. The controller here:
 - splits the candidates to reach a target admission rate with the most even
   pool that reaches it, and never gives a capability less than `min_share` of
   them, so it cannot buy its admission rate by collapsing the pool;
-- at a warm-up level, mixes the level's operations (append a word, copy a
-  file, ...) the same way: each operation's admission rate so far, pooled
-  over capabilities, and the most even mix that reaches the target, every
-  operation keeping `min_operation_share` so that it stays measured (one
-  level's operations differ more than its capabilities do: in round 1 of a
-  run at temperature 0.9, copying a file was admitted 6 times in 27,
-  counting characters 15 in 17);
 - tilts weight toward capabilities the diagnosis found weak, and turns the
   knobs of their generators that target the root causes it found.
 """
@@ -34,8 +27,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
-
-from clawloop_assets.generators.generator_common import WARMUP_OPERATIONS
 
 # Every generator family implements levels MIN_LEVEL to MAX_LEVEL (the scale
 # in generators/generator_common.py): its own levels 0 to 5, below them the
@@ -54,8 +45,6 @@ class PlanEntry:
     candidates: int
     reason: str
     knobs: tuple[str, ...] = ()
-    # At a warm-up level: the share of each of its operations (see operation_mix).
-    operation_weights: Mapping[str, float] | None = None
 
 
 # Generator knobs (applied by generators/generator_common.py: knob_text) that
@@ -154,8 +143,6 @@ class Controller:
     recency: float = 0.5
     # Weight given to diagnosed weakness: w *= 1 + weakness_tilt * failure_share.
     weakness_tilt: float = 1.0
-    # Each operation of a warm-up level keeps this share of the level's candidates.
-    min_operation_share: float = 0.1
     evenness_steps: int = field(default=20)
 
     def __post_init__(self) -> None:
@@ -263,29 +250,6 @@ def _move(current: int, target: int, evidence: Mapping[int, CellEvidence], here:
                          f"until {target} is measured")
 
 
-def operation_mix(level: int, evidence: Mapping[str, CellEvidence], controller: Controller) -> tuple[dict[str, float], str]:
-    """(share per operation, why) of warm-up `level` next round, from each
-    operation's evidence at that level (pooled over capabilities): the most
-    even mix whose expected admission reaches the target, each operation
-    keeping `min_operation_share`. With no evidence, an even mix."""
-    operations = WARMUP_OPERATIONS[level]
-    expected = {op: evidence.get(op, CellEvidence()).admission_rate for op in operations}
-    weights, _ = _weights_for_target(expected, {op: 1.0 for op in operations}, controller)
-    floor = min(controller.min_operation_share, 1 / len(operations))
-    # Raise any operation under the floor to it, the others sharing the rest as they were.
-    held = set()
-    while True:
-        free = {op: weights[op] for op in operations if op not in held}
-        scale = (1 - floor * len(held)) / (sum(free.values()) or 1.0)
-        mix = {op: floor if op in held else free[op] * scale for op in operations}
-        under = {op for op in free if mix[op] < floor}
-        if not under:
-            break
-        held |= under
-    why = ", ".join(f"{op} {mix[op]:.0%} (admitted {expected[op]:.0%})" for op in operations)
-    return mix, f"operations at level {level}: {why}"
-
-
 def next_plan(
     capabilities: Sequence[str],
     current_levels: Mapping[str, int],
@@ -295,15 +259,11 @@ def next_plan(
     controller: Controller = Controller(),
     drift: float = 0.0,
     failure_causes: Mapping[str, Mapping[str, int]] | None = None,
-    operation_evidence: Mapping[tuple[int, str], CellEvidence] | None = None,
 ) -> list[PlanEntry]:
     """Round k+1's plan from the evidence of rounds 1..k (`drift`: see
-    estimate_drift; `operation_evidence`: per (warm-up level, operation)) and
-    round k's diagnosis (`failure_share` per capability, `failure_causes`:
-    root-cause counts per capability)."""
+    estimate_drift) and round k's diagnosis (`failure_share` per capability,
+    `failure_causes`: root-cause counts per capability)."""
     knobs = generator_knobs(failure_causes or {})
-    mixes = {level: operation_mix(level, {op: cell for (lv, op), cell in (operation_evidence or {}).items() if lv == level},
-                                  controller) for level in WARMUP_OPERATIONS}
     decisions = {}
     for capability in capabilities:
         by_level = {level: cell for (c, level), cell in evidence.items() if c == capability}
@@ -323,14 +283,12 @@ def next_plan(
             # the embedded model's pass rate on warm-up tasks from 35% to 6%.
             knobbed = chosen if level >= FIRST_KNOB_LEVEL else ()
             note = why if knobbed else (f"no knobs below level {FIRST_KNOB_LEVEL} ({why})" if why else "")
-            mix, mix_why = mixes.get(level, (None, ""))
             plan.append(PlanEntry(
                 capability, level, weights[capability] * decision.levels[level], split[level],
                 f"{decision.reason}; expected admission {decision.expected_admission:.0%}; "
                 f"{failure_share.get(capability, 0.0):.0%} of diagnosed failures; pool evenness {evenness:.2f}"
-                + (f"; {note}" if note else "") + (f"; {mix_why}" if mix_why else ""),
+                + (f"; {note}" if note else ""),
                 knobbed,
-                mix,
             ))
     return plan
 

@@ -16,7 +16,6 @@ from clawloop_assets.curriculum import (
     first_plan,
     generator_knobs,
     next_plan,
-    operation_mix,
     wilson_interval,
 )
 
@@ -244,73 +243,3 @@ def test_knobs_follow_the_dominant_root_causes():
     assert knobs["d"][0] == ("inline_contract", "list_tools")
     assert "b" not in knobs and "c" not in knobs
 
-
-
-def tasks_cell(admitted: int, candidates: int) -> CellEvidence:
-    """`admitted` of `candidates` tasks admitted, 8 rollouts each."""
-    return CellEvidence(admitted, 8 * candidates, admitted, candidates)
-
-
-def test_a_warmup_level_mixes_its_operations_toward_the_admitted_ones():
-    # Round 1 of a measured run at level -2: copying admitted 6 of 27, counting 15 of 17, appending 14 of 20.
-    evidence = {"copy_file": tasks_cell(6, 27), "count_characters": tasks_cell(15, 17), "append_word": tasks_cell(14, 20)}
-    mix, why = operation_mix(-2, evidence, PAPER)
-    assert sum(mix.values()) == pytest.approx(1.0)
-    assert mix["count_characters"] > mix["append_word"] > mix["copy_file"] >= PAPER.min_operation_share
-    expected = sum(mix[op] * evidence[op].admission_rate for op in mix)
-    even = sum(evidence[op].admission_rate for op in mix) / len(mix)
-    assert expected > even
-    assert "copy_file 14% (admitted 24%)" in why and why.startswith("operations at level -2: ")
-    # No evidence: an even mix. Operations that all reach the target: the even mix too.
-    assert operation_mix(-1, {}, PAPER)[0] == pytest.approx({op: 0.25 for op in operation_mix(-1, {}, PAPER)[0]})
-    assert set(operation_mix(-1, {}, PAPER)[0]) == {"append_word", "delete_file", "count_characters", "copy_file"}
-    easy = {op: tasks_cell(9, 10) for op in ("copy_file", "count_characters", "append_word")}
-    assert operation_mix(-2, easy, PAPER)[0] == pytest.approx({op: 1 / 3 for op in easy})
-
-
-def test_the_plan_carries_the_operation_mix_at_warmup_levels_only():
-    evidence = {(c, MIN_LEVEL): tasks_cell(4, 5) for c in CAPS}
-    operations = {(MIN_LEVEL, "copy_file"): tasks_cell(1, 20), (MIN_LEVEL, "append_word"): tasks_cell(15, 20),
-                  (MIN_LEVEL, "count_characters"): tasks_cell(15, 20)}
-    plan = next_plan(CAPS, {c: MIN_LEVEL for c in CAPS}, evidence, {}, 30, PAPER, operation_evidence=operations)
-    assert {e.difficulty for e in plan} == {MIN_LEVEL}
-    assert all(e.operation_weights["copy_file"] < e.operation_weights["append_word"] for e in plan)
-    assert all("operations at level -2: " in e.reason for e in plan)
-    at_zero = next_plan(CAPS, {c: 0 for c in CAPS}, {(c, 0): CellEvidence(12, 40, 4, 5) for c in CAPS}, {}, 30, PAPER,
-                        operation_evidence=operations)
-    assert {e.difficulty for e in at_zero} == {0}
-    assert all(e.operation_weights is None and "operations at level" not in e.reason for e in at_zero)
-
-
-def test_operation_evidence_reads_each_bundles_operation(clawloop_home, tmp_path):
-    """Per (warm-up level, operation), from the warehouse and the bundles'
-    meta.json, older rounds weighing less; a bundle since removed is skipped."""
-    import json
-
-    from clawloop_assets.assets.synthesis import operation_evidence
-    from resources.warehouse import DuckDBWarehouse, table_frame
-
-    warehouse = DuckDBWarehouse()
-    for number, operations in ((1, ["copy_file", "copy_file", "append_word", None]), (2, ["copy_file", "append_word"])):
-        key = f"round-000{number}"
-        tasks, admissions = [], []
-        for i, operation in enumerate(operations):
-            bundle = tmp_path / key / str(i)
-            if operation:
-                bundle.mkdir(parents=True)
-                (bundle / "meta.json").write_text(json.dumps({"operation": operation}))
-            task_id = f"{key}.t{i}"
-            tasks.append({"round": key, "task_id": task_id, "generator_id": "g", "capability_id": "c", "domain_id": "d",
-                          "difficulty": -2, "track": "analysis", "seed": i, "bundle_path": str(bundle),
-                          "build_status": "built", "build_error": None, "seconds": 0.1})
-            admissions.append({"round": key, "task_id": task_id, "pass_count": 2 * i, "scored_rollouts": 8,
-                               "excluded_rollouts": 0, "admitted": i == 1, "decision": "admitted"})
-        warehouse.replace("tasks", table_frame("tasks", tasks), {"round": key})
-        warehouse.replace("admissions", table_frame("admissions", admissions), {"round": key})
-    evidence = operation_evidence(warehouse, "round-0003", recency=0.5)
-    assert set(evidence) == {(-2, "copy_file"), (-2, "append_word")}
-    copy, append = evidence[(-2, "copy_file")], evidence[(-2, "append_word")]
-    # copy: round 1 tasks 0 and 1 (weight 0.5), round 2 task 0 (weight 1).
-    assert (copy.candidates, copy.admitted, copy.passes) == (2.0, 0.5, 1.0)
-    # append: round 1 task 2 (weight 0.5), round 2 task 1 (weight 1, admitted).
-    assert (append.candidates, append.admitted, append.passes) == (1.5, 1.0, 4.0)

@@ -2,7 +2,6 @@
 sandbox, the real embedded model, the real warehouse and real training jobs."""
 
 import json
-from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -164,12 +163,6 @@ def test_two_rounds_end_to_end(clawloop_home):
     first_plan = warehouse.read("synthesis_plans", {"round": "round-0001"})
     moved = plan.join(first_plan, on="capability_id", suffix="_before")
     assert (moved["difficulty"] - moved["difficulty_before"]).abs().max() <= 1
-    # Every capability is still at a warm-up level, and round 1's admissions
-    # per operation set the mix of each level's operations.
-    mixes = [json.loads(mix) for mix in plan["operation_weights"]]
-    assert all(sum(mix.values()) == pytest.approx(1.0) for mix in mixes)
-    for path in warehouse.read("generators", {"round": "round-0002"})["path"]:
-        assert json.loads((Path(path) / "params.json").read_text())["operation_weights"] in mixes
     # Nothing of round 1 was lost or duplicated by round 2.
     assert warehouse.read("rollouts", {"round": "round-0001"}).height == rollouts.height
 

@@ -110,18 +110,6 @@ def test_the_asked_command_passes_and_a_near_miss_fails(sandbox, tmp_path, level
         assert (failed.status, failed.reward) == ("scored", 0.0), (operation, miss, failed)
 
 
-def test_the_plans_operation_weights_steer_the_draw(sandbox, tmp_path):
-    capability = next(c for c in CAPABILITIES if c.id == "config_edits")
-    only_copy = {"append_word": 0.0, "count_characters": 0.0, "copy_file": 1.0}
-    spec = generator_spec(capability, DOMAINS[0], -2, operation_weights=only_copy)
-    assert spec.params["operation_weights"] == dict(sorted(only_copy.items()))
-    generator = write_generator(spec, tmp_path / "generators" / spec.generator_id)
-    for seed in range(4):
-        candidate = build_candidate(sandbox, generator, spec, seed, "round-0002", tmp_path / "tasks")
-        assert candidate.error is None, candidate.error
-        assert operation_of(load_task_bundle(candidate.bundle_dir)) == "copy_file"
-
-
 def test_a_workspace_of_databases_only_gets_a_table_export(sandbox, tmp_path):
     capability = next(c for c in CAPABILITIES if c.id == "sqlite_change_set")
     bundle = build(sandbox, tmp_path, capability, -1, 0)
