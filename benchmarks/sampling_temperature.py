@@ -2,8 +2,8 @@
 finished round's candidates, run 8 times each by the policy that validated
 them, at each temperature given, judged by the real admission band.
 
-Not part of `make bench` (it needs a finished run); it is how the loop's
-temperature (LoopConfig.temperature) was chosen:
+Not part of `make bench` (it needs a finished run); the README's "Sampling
+temperature" reports what it measured:
 
     python -m benchmarks.sampling_temperature $CLAWLOOP_HOME 2 0.7,0.85,0.9,1.0
 """
@@ -16,33 +16,24 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import duckdb
-
-from clawloop_assets.admission import decide_admission
+from benchmarks.sequential_rollouts import decisions
 from clawloop_assets.agent_loop import judged_reward, run_rollouts
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.partitions import round_key
-from clawloop_assets.task_bundle import load_task_bundle
+from clawloop_assets.round_state import PolicyRef, input_policy, load_bundles, require_rows
+from clawloop_assets.task_bundle import TaskBundle
+from resources.policy import PolicyModel
 from resources.sandbox import BubblewrapSandbox
+from resources.warehouse import DuckDBWarehouse
 
 
-def round_inputs(home: Path, number: int) -> tuple[list[Path], Path | None]:
-    """Round `number`'s validated candidates (bundle paths) and its input
-    policy: round number-1's trained checkpoint, None (the base model) for round 1."""
-    with duckdb.connect(str(home / "warehouse.duckdb"), read_only=True) as con:
-        bundles = [Path(p) for (p,) in con.execute(
-            "select t.bundle_path from tasks t join admissions a using (round, task_id) "
-            "where t.round = ? order by t.task_id", [round_key(number)]).fetchall()]
-        checkpoint = None
-        if number > 1:
-            row = con.execute("select path from checkpoints where round = ? and kind = 'policy'",
-                              [round_key(number - 1)]).fetchone()
-            if row is None:
-                raise SystemExit(f"{round_key(number - 1)} has no policy checkpoint in {home}")
-            checkpoint = Path(row[0])
-    if not bundles:
-        raise SystemExit(f"{round_key(number)} has no validated candidates in {home}")
-    return bundles, checkpoint
+def round_inputs(home: Path, number: int, policy: PolicyModel) -> tuple[list[TaskBundle], PolicyRef]:
+    """Round `number`'s validated candidates and its input policy (round
+    number-1's trained checkpoint, the base model for round 1), read from the
+    warehouse of the run at `home` as the round itself reads them."""
+    warehouse, key = DuckDBWarehouse(path=str(home / "warehouse.duckdb")), round_key(number)
+    validated = require_rows(warehouse, "admissions", key, "admitted_tasks")["task_id"].to_list()
+    return load_bundles(warehouse, key, validated), input_policy(warehouse, policy, key)
 
 
 def measure(home: Path, number: int, temperatures: list[float], seed: int = 7,
@@ -51,11 +42,10 @@ def measure(home: Path, number: int, temperatures: list[float], seed: int = 7,
     candidates, with `loop`'s band and agent settings (the defaults if None)."""
     from resources.embedded_policy import EmbeddedPolicyModel
 
-    loop = loop or LoopConfig()
-    bundles, checkpoint = round_inputs(home, number)
-    tasks = [load_task_bundle(path) for path in bundles]
-    policy, sandbox, band = EmbeddedPolicyModel(), BubblewrapSandbox(), loop.admission_band()
-    session = policy.load(checkpoint or policy.base_checkpoint())
+    loop, policy = loop or LoopConfig(), EmbeddedPolicyModel()
+    tasks, ref = round_inputs(home, number, policy)
+    sandbox, band = BubblewrapSandbox(), loop.admission_band()
+    session = policy.load(ref.path)
     results = []
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -64,19 +54,16 @@ def measure(home: Path, number: int, temperatures: list[float], seed: int = 7,
                 started = time.perf_counter()
                 rollouts = run_rollouts(session, sandbox, tasks, band.rollouts_per_task, settings,
                                         Path(tmp) / str(temperature), seed)
-                rewards: dict[str, list] = {}
-                for rollout in rollouts:
-                    rewards.setdefault(rollout.task.task_id, []).append(judged_reward(rollout))
-                decisions = Counter(decide_admission(r, band).decision for r in rewards.values())
-                scored = [r for rs in rewards.values() for r in rs if r is not None]
+                decided = Counter(decisions(rollouts, band).values())
+                scored = [reward for reward in map(judged_reward, rollouts) if reward is not None]
                 results.append({
                     "temperature": temperature,
                     "tasks": len(tasks),
-                    "admitted": decisions["admitted"],
-                    "admission_rate": decisions["admitted"] / len(tasks),
+                    "admitted": decided["admitted"],
+                    "admission_rate": decided["admitted"] / len(tasks),
                     "pass_rate": sum(scored) / max(len(scored), 1),
-                    "all_failed": decisions["all_failed"] / len(tasks),
-                    "too_easy": decisions["too_easy"] / len(tasks),
+                    "all_failed": decided["all_failed"] / len(tasks),
+                    "too_easy": decided["too_easy"] / len(tasks),
                     "seconds": time.perf_counter() - started,
                 })
     finally:

@@ -23,11 +23,12 @@ from clawloop_assets.task_bundle import load_task_bundle
 from resources.sandbox import BubblewrapSandbox
 
 
-def decisions(rollouts) -> dict[str, str]:
+def decisions(rollouts, band: AdmissionBand = AdmissionBand()) -> dict[str, str]:
+    """The admission decision per task id of `rollouts` (a task's group of them)."""
     by_task: dict[str, list] = {}
     for rollout in rollouts:
         by_task.setdefault(rollout.task.task_id, []).append(judged_reward(rollout))
-    return {task: decide_admission(rewards, AdmissionBand()).decision for task, rewards in by_task.items()}
+    return {task: decide_admission(rewards, band).decision for task, rewards in by_task.items()}
 
 
 def measure(tasks_per_capability: int = 4, seed: int = 11) -> dict[str, float | bool]:

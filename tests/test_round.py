@@ -138,8 +138,8 @@ def test_two_rounds_end_to_end(clawloop_home):
 
     # The temperature benchmark judges a finished round as the round did: at
     # the loop's temperature and the validation seed, the same admissions.
-    bundles, checkpoint = sampling_temperature.round_inputs(clawloop_home, 1)
-    assert checkpoint is None and len(bundles) == summary["agent_free_passed"]
+    bundles, ref = sampling_temperature.round_inputs(clawloop_home, 1, EmbeddedPolicyModel())
+    assert ref.upstream_round is None and len(bundles) == summary["agent_free_passed"]
     [rerun] = sampling_temperature.measure(clawloop_home, 1, [SMALL_ROUND.temperature],
                                            round_seed("round-0001", "validation", SMALL_ROUND), SMALL_ROUND)
     assert (rerun["tasks"], rerun["admitted"]) == (len(bundles), summary["admitted"])
