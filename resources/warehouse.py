@@ -171,7 +171,12 @@ class DuckDBWarehouse(Warehouse):
             if not exists:
                 return table_frame(table, [])
             result = con.sql(f"SELECT * FROM {table}{clause}", params=list(where.values()))
-            return pl.from_arrow(result.to_arrow_table()).cast(polars_schema(table))
+            frame = pl.from_arrow(result.to_arrow_table())
+        # A column the schema gained after the table was written reads as NULL,
+        # as _add_new_columns will store it, so a newer loop reads an older warehouse.
+        schema = polars_schema(table)
+        frame = frame.with_columns(pl.lit(None, dtype=schema[c]).alias(c) for c in schema if c not in frame.columns)
+        return frame.select(list(schema)).cast(schema)
 
     def query(self, sql: str, params: list[Any] | None = None) -> pl.DataFrame:
         with self.connect(read_only=True) as con:

@@ -9,13 +9,21 @@ import pytest
 from clawloop_assets.curriculum import (
     MAX_LEVEL,
     MIN_LEVEL,
+    WARMUP_VARIANTS,
     CellEvidence,
     Controller,
+    TaskEvidence,
+    admission_probability,
+    deal_warmup_slots,
     decide_level,
     estimate_drift,
+    even_warmup_mix,
     first_plan,
     generator_knobs,
+    heldout_drift,
     next_plan,
+    predicted_admission,
+    warmup_mix,
     wilson_interval,
 )
 
@@ -243,3 +251,158 @@ def test_knobs_follow_the_dominant_root_causes():
     assert knobs["d"][0] == ("inline_contract", "list_tools")
     assert "b" not in knobs and "c" not in knobs
 
+
+
+# ---- the warm-up tier's variants
+
+
+def test_admission_probability_is_the_binomial_band():
+    # N = 8, band [1, 5]: 1 - P(0) - P(6) - P(7) - P(8).
+    p = 0.3
+    tail = sum(math.comb(8, k) * p**k * (1 - p) ** (8 - k) for k in (6, 7, 8))
+    assert admission_probability(p, PAPER) == pytest.approx(1 - 0.7**8 - tail)
+    assert admission_probability(0.0, PAPER) == 0.0 and admission_probability(1.0, PAPER) == 0.0
+
+
+def test_heldout_drift_is_the_logit_change_on_the_same_tasks():
+    logit = lambda p: math.log(p / (1 - p))  # noqa: E731
+    drift = heldout_drift(cell(40, 160), cell(80, 160))
+    assert drift == pytest.approx(logit(80.5 / 161) - logit(40.5 / 161))
+    assert heldout_drift(cell(0, 8), cell(8, 8)) is None  # too few rollouts to say
+    assert heldout_drift(cell(0, 200), cell(200, 200)) == 2.0  # clamped
+
+
+def tasks(counts, n=8, shift=0.0):
+    return [TaskEvidence(k, n, 1.0, shift) for k in counts]
+
+
+def test_a_task_that_never_passed_reads_as_one_the_policy_cannot_do_where_its_variant_splits():
+    # Half the tasks never pass, half always: the variant's fitted prior is
+    # U-shaped, and neither kind is predicted to land in the band next round.
+    split = predicted_admission(tasks([0] * 10 + [8] * 10), PAPER)
+    assert split < 0.15
+    # The same single 0 of 8 among tasks that mostly pass now and then is bad luck.
+    assert predicted_admission(tasks([0] + [2, 3, 1, 2, 3, 2, 1, 2, 3]), PAPER) > 0.8
+    # Drift: a policy that got better makes an easy variant too easy and a hard one admissible.
+    easy, hard = [5, 6, 6, 7, 5, 6], [0, 1, 0, 1, 1, 0]
+    assert predicted_admission(tasks(easy, shift=1.0), PAPER) < predicted_admission(tasks(easy), PAPER)
+    assert predicted_admission(tasks(hard, shift=1.0), PAPER) > predicted_admission(tasks(hard), PAPER)
+    assert predicted_admission([], PAPER) is None
+
+
+def test_the_warmup_mix_is_the_most_even_that_reaches_the_target_and_keeps_every_variant():
+    band, easy, never, unmeasured = WARMUP_VARIANTS[:4]
+    evidence = {band: tasks([2, 3, 4, 3, 2, 3]), easy: tasks([8, 7, 8, 8, 6, 8]), never: tasks([0] * 6 + [8] * 2)}
+    mix = warmup_mix(evidence, PAPER)
+    assert sum(mix.shares.values()) == pytest.approx(1.0)
+    floor = PAPER.min_variant_share
+    assert min(mix.shares.values()) == pytest.approx(floor)  # every variant stays measured
+    # A variant not yet measured gets the floor and no more: a hedged move.
+    assert mix.predicted[unmeasured] is None and mix.shares[unmeasured] == pytest.approx(floor)
+    assert "unmeasured" in mix.reason
+    assert mix.shares[band] > 0.6 and max(mix.shares[easy], mix.shares[never]) < 0.15
+    # A target the even split of the measured ones already reaches leaves them even.
+    lenient = warmup_mix(evidence, Controller(target_admission=0.1))
+    assert lenient.shares[band] == pytest.approx(lenient.shares[easy]) and "sharpness 0" in lenient.reason
+    # With nothing measured (round 1), every variant alike.
+    assert warmup_mix({}, PAPER) == even_warmup_mix()
+    assert set(even_warmup_mix().shares.values()) == {1 / len(WARMUP_VARIANTS)}
+
+
+def test_round_one_spreads_every_capability_over_the_warmup_variants():
+    plan = first_plan(CAPS, 64, even_warmup_mix())
+    assert sum(e.candidates for e in plan) == 64 and {e.difficulty for e in plan} == {-2, -1}
+    assert all(len(e.operations) == e.candidates for e in plan)
+    dealt = [(e.difficulty, op) for e in plan for op in e.operations]
+    assert {dealt.count(v) for v in WARMUP_VARIANTS} == {9, 10}  # 64 over 7
+    per_capability = {c: sum(e.candidates for e in plan if e.capability_id == c) for c in CAPS}
+    assert set(per_capability.values()) == {10, 11}
+
+
+def test_warmup_slots_are_dealt_in_exact_counts_across_capabilities():
+    shares = dict.fromkeys(WARMUP_VARIANTS, 0.05)
+    shares[WARMUP_VARIANTS[0]] += 0.65
+    slots = {c: 5 for c in CAPS}  # 30 candidates: a 5% variant gets 1 or 2 somewhere, not 0 everywhere
+    dealt = deal_warmup_slots(slots, shares)
+    assert {c: len(v) for c, v in dealt.items()} == slots
+    everything = [v for variants in dealt.values() for v in variants]
+    assert set(everything) == set(WARMUP_VARIANTS)
+    assert everything.count(WARMUP_VARIANTS[0]) == 21  # 70% of 30; the other 9 spread over six
+
+
+def test_the_plan_deals_the_warmup_mix_to_capabilities_in_the_tier():
+    """Capabilities in the warm-up tier get the mix's variants (each
+    candidate its operation); one leaving the tier keeps its level-0 half;
+    every capability keeps its floor."""
+    band = WARMUP_VARIANTS[0]
+    mix = warmup_mix({band: tasks([2, 3, 4, 3, 2, 3])}, PAPER)
+    evidence = {(c, -1): cell(20, 64, 5, 8) for c in CAPS}
+    evidence[("a", -1)] = cell(62, 64, 0, 8)  # clearly above: half moves to the untried level 0
+    plan = next_plan(CAPS, dict.fromkeys(CAPS, -1), evidence, {}, 60, PAPER, 0.0, None, mix)
+    assert sum(e.candidates for e in plan) == 60
+    assert all(len(e.operations) == e.candidates for e in plan if e.difficulty < 0)
+    assert all(e.operations == () for e in plan if e.difficulty >= 0)
+    leaving = {e.difficulty: e.candidates for e in plan if e.capability_id == "a"}
+    assert leaving[0] >= 1 and sum(n for level, n in leaving.items() if level < 0) >= 1
+    dealt = [(e.difficulty, op) for e in plan for op in e.operations]
+    assert dealt.count(band) > len(dealt) / 2 and set(dealt) == set(WARMUP_VARIANTS)
+    assert "warm-up variants from the tier's mix" in plan[0].reason
+    per_capability = {c: sum(e.candidates for e in plan if e.capability_id == c) for c in CAPS}
+    assert min(per_capability.values()) >= math.ceil(0.05 * 60)
+
+
+class SimulatedWarmupPolicy:
+    """Warm-up tasks whose pass rate depends on the variant: per variant a
+    Beta spread of pass rates (mean, concentration), the whole policy
+    drifting up by `drift` logits a round."""
+
+    def __init__(self, means, concentration, drift, rng):
+        self.means, self.concentration, self.drift, self.rng, self.rounds = means, concentration, drift, rng, 0
+
+    def run(self, variants):
+        evidence, admitted = {}, 0
+        for variant in variants:
+            mean, kappa = self.means[variant], self.concentration[variant]
+            p = min(max(self.rng.betavariate(mean * kappa, (1 - mean) * kappa), 1e-9), 1 - 1e-9)
+            p = 1 / (1 + math.exp(-(math.log(p / (1 - p)) + self.drift * self.rounds)))
+            passes = sum(self.rng.random() < p for _ in range(8))
+            admitted += 1 <= passes <= 5
+            evidence.setdefault(variant, []).append(passes)
+        self.rounds += 1
+        return evidence, admitted / len(variants)
+
+
+def simulate_warmup(mixed, seed, drift=0.5, candidates=256, rounds=3):
+    """Round 1 the even mix; then the controller's mix (mixed) or the even one."""
+    # Means and spreads like round 1's measured on the embedded model: the
+    # shown commands passing about half the time with tasks spread wide, the
+    # spoken ones less, copying rarely.
+    means = dict(zip(WARMUP_VARIANTS, (0.5, 0.55, 0.08, 0.25, 0.35, 0.05, 0.08)))
+    kappa = dict(zip(WARMUP_VARIANTS, (4, 6, 30, 4, 4, 2, 5)))
+    policy = SimulatedWarmupPolicy(means, kappa, drift, random.Random(seed))
+    variants = deal_warmup_slots({"all": candidates}, even_warmup_mix().shares)["all"]
+    history, rates = [], []
+    for _ in range(rounds):
+        evidence, rate = policy.run(variants)
+        history.append(evidence)
+        rates.append(rate)
+        if mixed:
+            merged = {}
+            for age, past in enumerate(reversed(history)):
+                for variant, counts in past.items():
+                    merged.setdefault(variant, []).extend(
+                        TaskEvidence(k, 8, PAPER.recency**age, drift * (age + 1)) for k in counts)
+            variants = deal_warmup_slots({"all": candidates}, warmup_mix(merged, PAPER).shares)["all"]
+            assert set(variants) == set(WARMUP_VARIANTS)  # none drops out
+    return rates
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_simulated_warmup_tier_admits_more_under_the_mix_than_under_an_even_draw(seed):
+    """The same simulated policy, 0.5 logits better each round: rounds 2 and
+    3 planned by the mix (the drift known, as the held-out split measures it)
+    admit clearly more than the even draw, and more than round 1."""
+    mixed, even = simulate_warmup(True, seed), simulate_warmup(False, seed)
+    assert mixed[0] == even[0]  # round 1 is the same even draw
+    assert all(m > e + 0.05 for m, e in zip(mixed[1:], even[1:])), (mixed, even)
+    assert min(mixed[1:]) > mixed[0], mixed

@@ -49,6 +49,8 @@ def test_a_table_from_an_older_schema_gains_the_new_columns(tmp_path):
         con.execute("CREATE TABLE task_splits (round VARCHAR, task_id VARCHAR)")
         con.execute("INSERT INTO task_splits VALUES ('round-0001', 'old')")
     warehouse = DuckDBWarehouse(path=str(path))
+    # Read before any write adds the column: the missing column reads as NULL.
+    assert warehouse.read("task_splits").to_dicts() == [{"round": "round-0001", "task_id": "old", "split": None}]
     warehouse.replace("task_splits", splits("round-0002", ("new", "train")), {"round": "round-0002"})
     rows = {r["task_id"]: r["split"] for r in warehouse.read("task_splits").iter_rows(named=True)}
     assert rows == {"old": None, "new": "train"}
