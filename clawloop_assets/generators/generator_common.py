@@ -167,10 +167,9 @@ OPERATIONS = {"append_word": _append_word, "delete_file": _delete_file, "count_c
 
 
 def one_step_task(rng, params, workspace):
-    """A warm-up task: one operation of `WARMUP_OPERATIONS[level]`, the
-    plan's (params["operation"]) or drawn from the seeded source (a plan
-    entry's seeds start at 0, so `seed % n` would favour the first
-    operations), on one text file of `workspace` (the
+    """A warm-up task: one operation of `WARMUP_OPERATIONS[level]`, drawn from
+    the seeded source (a plan entry's seeds start at 0, so `seed % n` would
+    favour the first operations), on one text file of `workspace` (the
     family's level-0 files, kept as they are)."""
     level = params["difficulty"]
     # The family's own contract goes; this task's is written by assemble.
@@ -184,10 +183,7 @@ def one_step_task(rng, params, workspace):
     if not files:
         raise ValueError("the level-0 workspace has no text file of three lines or more for a warm-up task")
     name = rng.choice(files[:4])
-    # The plan's operation (curriculum.deal_warmup_slots), or a seeded draw.
-    operation = params.get("operation") or rng.choice(WARMUP_OPERATIONS[level])
-    if operation not in WARMUP_OPERATIONS[level]:
-        raise ValueError("operation %r is not one of level %d's: %s" % (operation, level, ", ".join(WARMUP_OPERATIONS[level])))
+    operation = rng.choice(WARMUP_OPERATIONS[level])
     others = {other: sha256(data) for other, data in workspace.items() if other != name}
     instruction, deliverable, rules, checks, command, fmt, labels = OPERATIONS[operation](
         rng, name, workspace[name], others)
