@@ -7,6 +7,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -61,6 +62,21 @@ def test_every_domain_graph_and_skill_lands_in_the_warehouse(clawloop_home):
     metadata = result.asset_materializations_for_node("domain_skill_graphs")[0].metadata
     assert metadata["domains"].value == 3 and "Order management" in metadata["graphs"].value
     assert metadata["model_review"].value == "not asked (no capable model configured)"
+
+
+def test_rematerializing_writes_the_skills_afresh(clawloop_home):
+    """A skill file the current clustering does not yield (left by an earlier
+    materialization, or an override since removed) is gone after the next."""
+    from resources.warehouse import DuckDBWarehouse
+
+    assert materialize().success
+    skills = DuckDBWarehouse().read("domain_skills", {"round": ROUND})
+    skill_dir = Path(skills.row(0, named=True)["script_path"]).parent
+    stale = skill_dir / "retired_skill.py"
+    stale.write_text("# a skill an earlier clustering yielded\n")
+    assert materialize().success
+    assert not stale.exists()
+    assert all(Path(path).is_file() for path in DuckDBWarehouse().read("domain_skills", {"round": ROUND})["script_path"])
 
 
 def test_a_user_domain_joins_without_code_and_a_broken_one_is_named(clawloop_home):

@@ -56,6 +56,10 @@ def domain_skill_graphs(context: dg.AssetExecutionContext, warehouse: Warehouse,
             except domain_graph.DomainGraphError as exc:
                 reviews.append((domain.id, f"rejected, the prior stands: {exc}"))
         skill_dir = root / domain.id / "skills"
+        # A rematerialization writes the skills afresh: a skill the clustering
+        # or a review no longer yields must not linger beside the current ones.
+        if skill_dir.exists():
+            shutil.rmtree(skill_dir)
         artifacts = {s.skill_id: domain_graph.materialize_skill(graph, s, source, skill_dir) for s in skills}
         # Beside the tools they wrap, so the directory runs as a workspace would.
         shutil.copyfile(domain.path("tools.py"), skill_dir / "tools.py")
