@@ -27,7 +27,7 @@ import sys
 # -I drops the script's directory from sys.path; it is our read-only /generator, so put it back.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from generator_common import assemble, build_level, csv_text, record_ids, run, sha256  # noqa: E402
+from generator_common import CONTRACT_UNCHANGED, assemble, build_level, csv_text, record_ids, run, sha256  # noqa: E402
 
 
 def main():
@@ -62,7 +62,7 @@ def tree_task(params, instruction, environment, moves, solution, rules, only_lis
         for target in targets:
             final[target] = sha256(content)
     absent = sorted(p for p in environment if p not in final)
-    final["CONTRACT.md"] = None  # filled in below, once the contract is rendered
+    final["CONTRACT.md"] = CONTRACT_UNCHANGED
     contract = {
         "deliverable": {"path": ".", "format": "tree", "schema": "the end state of the workspace"},
         "rules": rules + ["CONTRACT.md stays where it is, unchanged."]
@@ -71,12 +71,9 @@ def tree_task(params, instruction, environment, moves, solution, rules, only_lis
         "parameters": {},
         "labels": [],
     }
-    task = assemble(params, instruction, environment, contract, [], {}, solution, "tree")
-    final["CONTRACT.md"] = sha256(task["environment"]["CONTRACT.md"])
     check = {"type": "tree", "name": "workspace end state", "files": dict(sorted(final.items())), "absent": absent,
              "no_other_files": only_listed}
-    task["answer"] = {"key": {"files": sorted(final)}, "checks": [check]}
-    return task
+    return assemble(params, instruction, environment, contract, [check], {"files": sorted(final)}, solution, "tree")
 
 
 def level0(rng, seed, params):

@@ -185,16 +185,13 @@ def one_step_task(rng, params, workspace):
     name = rng.choice(files[:4])
     operation = rng.choice(WARMUP_OPERATIONS[level])
     others = {other: sha256(data) for other, data in workspace.items() if other != name}
+    others["CONTRACT.md"] = CONTRACT_UNCHANGED  # "every other file stays": the contract too
     instruction, deliverable, rules, checks, command, fmt, labels = OPERATIONS[operation](
         rng, name, workspace[name], others)
     if level == WARMUP_LEVELS[0]:
         instruction += " Run: %s" % command
     contract = {"deliverable": deliverable, "rules": rules, "parameters": {}, "labels": labels}
     task = assemble(params, instruction, workspace, contract, checks, {"operation": operation}, command, fmt)
-    for check in task["answer"]["checks"]:
-        if check["type"] == "tree" and check["files"] is others:
-            # "Every other file stays": CONTRACT.md too, known once rendered.
-            check["files"] = dict(others, **{"CONTRACT.md": sha256(task["environment"]["CONTRACT.md"])})
     task["meta"]["operation"], task["meta"]["file"] = operation, name
     return task
 
@@ -276,9 +273,17 @@ def knob_text(knobs, environment, contract, key):
     return out
 
 
+# A tree check's expected hash for CONTRACT.md before it is rendered:
+# assemble puts in the rendered contract's.
+CONTRACT_UNCHANGED = "<the rendered CONTRACT.md>"
+
+
 def assemble(params, instruction, environment, contract, checks, key, solution, fmt):
     environment = dict(environment)
     environment["CONTRACT.md"] = render_contract(contract)
+    for check in checks:
+        if check["type"] == "tree" and check["files"].get("CONTRACT.md") == CONTRACT_UNCHANGED:
+            check["files"] = dict(check["files"], **{"CONTRACT.md": sha256(environment["CONTRACT.md"])})
     knobs = params.get("knobs") or []
     instruction = "\n\n".join([instruction.strip()] + knob_text(knobs, environment, contract, key))
     meta = {"track": params["track"], "format": fmt, "contract": contract}
