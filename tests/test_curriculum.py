@@ -1,21 +1,31 @@
 """The synthesis plan and the closed-loop difficulty controller, against a
 simulated policy whose pass rate per capability and level is known."""
 
+import dataclasses
 import math
 import random
 
 import pytest
 
+from clawloop_assets import curriculum
 from clawloop_assets.curriculum import (
     MAX_LEVEL,
     MIN_LEVEL,
+    WARMUP_VARIANTS,
     CellEvidence,
     Controller,
+    TaskEvidence,
+    admission_probability,
+    deal_warmup_slots,
     decide_level,
     estimate_drift,
+    even_warmup_mix,
     first_plan,
     generator_knobs,
+    heldout_drift,
     next_plan,
+    predicted_admission,
+    warmup_mix,
     wilson_interval,
 )
 
@@ -243,3 +253,211 @@ def test_knobs_follow_the_dominant_root_causes():
     assert knobs["d"][0] == ("inline_contract", "list_tools")
     assert "b" not in knobs and "c" not in knobs
 
+
+
+# ---- the warm-up tier's variants
+
+
+def test_admission_probability_is_the_binomial_band():
+    # N = 8, band [1, 5]: 1 - P(0) - P(6) - P(7) - P(8).
+    p = 0.3
+    tail = sum(math.comb(8, k) * p**k * (1 - p) ** (8 - k) for k in (6, 7, 8))
+    assert admission_probability(p, PAPER) == pytest.approx(1 - 0.7**8 - tail)
+    assert admission_probability(0.0, PAPER) == 0.0 and admission_probability(1.0, PAPER) == 0.0
+
+
+def test_heldout_drift_is_the_logit_change_on_the_same_tasks():
+    logit = lambda p: math.log(p / (1 - p))  # noqa: E731
+    drift = heldout_drift(cell(40, 160), cell(80, 160))
+    assert drift == pytest.approx(logit(80.5 / 161) - logit(40.5 / 161))
+    assert heldout_drift(cell(0, 8), cell(8, 8)) is None  # too few rollouts to say
+    assert heldout_drift(cell(0, 200), cell(200, 200)) == 2.0  # clamped
+
+
+def tasks(counts, n=8, shift=0.0):
+    return [TaskEvidence(k, n, 1.0, shift) for k in counts]
+
+
+# The prior and the drift alone, without the drift's uncertainty.
+CERTAIN = dataclasses.replace(PAPER, drift_uncertainty=0.0)
+
+
+def test_a_task_that_never_passed_reads_as_one_the_policy_cannot_do_where_its_variant_splits():
+    # Half the tasks never pass, half always: the variant's fitted prior is
+    # U-shaped, and neither kind is predicted to land in the band next round.
+    split = predicted_admission(tasks([0] * 10 + [8] * 10), CERTAIN)
+    assert split < 0.15
+    # The same single 0 of 8 among tasks that mostly pass now and then is bad luck.
+    assert predicted_admission(tasks([0] + [2, 3, 1, 2, 3, 2, 1, 2, 3]), CERTAIN) > 0.8
+    # Drift: a policy that got better makes an easy variant too easy and a hard one admissible.
+    easy, hard = [5, 6, 6, 7, 5, 6], [0, 1, 0, 1, 1, 0]
+    assert predicted_admission(tasks(easy, shift=1.0), CERTAIN) < predicted_admission(tasks(easy), CERTAIN)
+    assert predicted_admission(tasks(hard, shift=1.0), CERTAIN) > predicted_admission(tasks(hard), CERTAIN)
+    assert predicted_admission([], CERTAIN) is None
+
+
+def test_the_drifts_uncertainty_tempers_the_prediction_both_ways():
+    """A variant may move much more or less than the pooled drift: in the
+    middle of the band that can only cost admission, just outside it, it can
+    only bring some in."""
+    middle, outside = tasks([3, 3, 2, 3, 3, 2, 3, 3]), tasks([7, 7, 8, 7, 7, 8, 7, 7])
+    assert predicted_admission(middle, PAPER) < predicted_admission(middle, CERTAIN) - 0.03
+    assert predicted_admission(outside, PAPER) > predicted_admission(outside, CERTAIN) + 0.03
+    # The 5-point quadrature against a fine one of the same expectation over
+    # the drift's normal error, at pass rates across the grid.
+    sigma, fine = PAPER.drift_uncertainty, [-6 + 12 * i / 2000 for i in range(2001)]
+    density = [math.exp(-x * x / 2) for x in fine]
+    curve = curriculum._admission_curve(0.5, PAPER)
+    for i in (10, 60, 100, 150, 190):
+        p = curriculum._GRID[i]
+        logit = math.log(p / (1 - p)) + 0.5
+        expected = sum(d * admission_probability(1 / (1 + math.exp(-(logit + sigma * x))), PAPER)
+                       for x, d in zip(fine, density)) / sum(density)
+        assert curve[i] == pytest.approx(expected, abs=0.01), p
+
+
+def test_the_warmup_mix_is_the_most_even_that_reaches_the_target_and_keeps_every_variant():
+    band, easy, never, unmeasured, second = WARMUP_VARIANTS[:5]
+    evidence = {band: tasks([2, 3, 4, 3, 2, 3]), easy: tasks([8, 7, 8, 8, 6, 8]), never: tasks([0] * 6 + [8] * 2),
+                second: tasks([1, 2, 1, 3, 1, 2])}
+    mix = warmup_mix(evidence, PAPER)
+    assert sum(mix.shares.values()) == pytest.approx(1.0)
+    floor = PAPER.min_variant_share
+    assert min(mix.shares.values()) == pytest.approx(floor)  # every variant stays measured
+    # A variant not yet measured gets the floor and no more: a hedged move.
+    assert mix.predicted[unmeasured] is None and mix.shares[unmeasured] == pytest.approx(floor)
+    assert "unmeasured" in mix.reason
+    # None above the cap: the best variant's excess goes to the next best, not
+    # to the variants kept at the floor only to stay measured.
+    assert max(mix.shares.values()) == pytest.approx(PAPER.max_variant_share)
+    assert mix.shares[band] == pytest.approx(PAPER.max_variant_share)
+    assert mix.shares[second] == pytest.approx(PAPER.max_variant_share)
+    # The rest follows the predictions (what the floors leave must go to the
+    # measured: 9 floors of 3%, 4 measured variants).
+    measured = [band, second, never, easy]
+    assert [mix.predicted[v] for v in measured] == sorted((mix.predicted[v] for v in measured), reverse=True)
+    assert [mix.shares[v] for v in measured] == sorted((mix.shares[v] for v in measured), reverse=True)
+    # Without a cap, the best variant takes most.
+    uncapped = warmup_mix(evidence, dataclasses.replace(PAPER, max_variant_share=1.0))
+    assert uncapped.shares[band] > 0.5
+    # A target the even split of the measured ones already reaches leaves them even.
+    lenient = warmup_mix(evidence, Controller(target_admission=0.1))
+    assert lenient.shares[band] == pytest.approx(lenient.shares[easy]) and "sharpness 0" in lenient.reason
+    # With nothing measured (round 1), every variant alike.
+    assert warmup_mix({}, PAPER) == even_warmup_mix()
+    assert set(even_warmup_mix().shares.values()) == {1 / len(WARMUP_VARIANTS)}
+
+
+def test_capping_moves_the_excess_in_order_of_preference():
+    shares = {"a": 0.5, "b": 0.2, "c": 0.1, "d": 0.1, "e": 0.05, "f": 0.05}
+    # a's excess goes to b, c and d by what each holds above the floor; b's
+    # in turn to c and d; e and f, at the floor, keep it.
+    assert curriculum._capped(shares, 0.25, floor=0.05) == pytest.approx(
+        {"a": 0.25, "b": 0.25, "c": 0.2, "d": 0.2, "e": 0.05, "f": 0.05})
+    # Only when every preferred variant is full do the floors take the rest.
+    assert curriculum._capped({"a": 0.6, "b": 0.2, "c": 0.1, "d": 0.05, "e": 0.05}, 0.25, floor=0.05) == pytest.approx(
+        {"a": 0.25, "b": 0.25, "c": 0.25, "d": 0.125, "e": 0.125})
+    with pytest.raises(ValueError, match="max_variant_share"):
+        Controller(min_variant_share=0.3, max_variant_share=0.2)
+
+
+def test_round_one_spreads_every_capability_over_the_warmup_variants():
+    plan = first_plan(CAPS, 64, even_warmup_mix())
+    assert sum(e.candidates for e in plan) == 64 and {e.difficulty for e in plan} == {-2, -1}
+    assert all(len(e.operations) == e.candidates for e in plan)
+    dealt = [(e.difficulty, op) for e in plan for op in e.operations]
+    assert {dealt.count(v) for v in WARMUP_VARIANTS} == {7, 8}  # 64 over 9
+    per_capability = {c: sum(e.candidates for e in plan if e.capability_id == c) for c in CAPS}
+    assert set(per_capability.values()) == {10, 11}
+
+
+def test_warmup_slots_are_dealt_in_exact_counts_across_capabilities():
+    shares = dict.fromkeys(WARMUP_VARIANTS, 0.05)
+    shares[WARMUP_VARIANTS[0]] = 0.6  # the other eight 5% each
+    slots = {c: 5 for c in CAPS}  # 30 candidates: a 5% variant gets 1 or 2 somewhere, not 0 everywhere
+    dealt = deal_warmup_slots(slots, shares)
+    assert {c: len(v) for c, v in dealt.items()} == slots
+    everything = [v for variants in dealt.values() for v in variants]
+    assert set(everything) == set(WARMUP_VARIANTS)
+    assert everything.count(WARMUP_VARIANTS[0]) == 18  # 60% of 30; the other 12 spread over eight
+
+
+def test_the_plan_deals_the_warmup_mix_to_capabilities_in_the_tier():
+    """Capabilities in the warm-up tier get the mix's variants (each
+    candidate its operation); one leaving the tier keeps its level-0 half;
+    every capability keeps its floor."""
+    band = WARMUP_VARIANTS[0]
+    mix = warmup_mix({band: tasks([2, 3, 4, 3, 2, 3])}, dataclasses.replace(PAPER, max_variant_share=1.0))
+    evidence = {(c, -1): cell(20, 64, 5, 8) for c in CAPS}
+    evidence[("a", -1)] = cell(62, 64, 0, 8)  # clearly above: half moves to the untried level 0
+    plan = next_plan(CAPS, dict.fromkeys(CAPS, -1), evidence, {}, 60, PAPER, 0.0, None, mix)
+    assert sum(e.candidates for e in plan) == 60
+    assert all(len(e.operations) == e.candidates for e in plan if e.difficulty < 0)
+    assert all(e.operations == () for e in plan if e.difficulty >= 0)
+    leaving = {e.difficulty: e.candidates for e in plan if e.capability_id == "a"}
+    assert leaving[0] >= 1 and sum(n for level, n in leaving.items() if level < 0) >= 1
+    dealt = [(e.difficulty, op) for e in plan for op in e.operations]
+    assert dealt.count(band) > len(dealt) / 2 and set(dealt) == set(WARMUP_VARIANTS)
+    assert "warm-up variants from the tier's mix" in plan[0].reason
+    per_capability = {c: sum(e.candidates for e in plan if e.capability_id == c) for c in CAPS}
+    assert min(per_capability.values()) >= math.ceil(0.05 * 60)
+
+
+class SimulatedWarmupPolicy:
+    """Warm-up tasks whose pass rate depends on the variant: per variant a
+    Beta spread of pass rates (mean, concentration), the whole policy
+    drifting up by `drift` logits a round."""
+
+    def __init__(self, means, concentration, drift, rng):
+        self.means, self.concentration, self.drift, self.rng, self.rounds = means, concentration, drift, rng, 0
+
+    def run(self, variants):
+        evidence, admitted = {}, 0
+        for variant in variants:
+            mean, kappa = self.means[variant], self.concentration[variant]
+            p = min(max(self.rng.betavariate(mean * kappa, (1 - mean) * kappa), 1e-9), 1 - 1e-9)
+            p = 1 / (1 + math.exp(-(math.log(p / (1 - p)) + self.drift * self.rounds)))
+            passes = sum(self.rng.random() < p for _ in range(8))
+            admitted += 1 <= passes <= 5
+            evidence.setdefault(variant, []).append(passes)
+        self.rounds += 1
+        return evidence, admitted / len(variants)
+
+
+def simulate_warmup(mixed, seed, drift=0.5, candidates=256, rounds=3):
+    """Round 1 the even mix; then the controller's mix (mixed) or the even one."""
+    # Means and spreads like round 1's measured on the embedded model: the
+    # shown commands passing about half the time with tasks spread wide, the
+    # spoken ones less, copying rarely.
+    # The two-command variants are rarer still.
+    means = dict(zip(WARMUP_VARIANTS, (0.5, 0.55, 0.08, 0.04, 0.2, 0.25, 0.35, 0.05, 0.08), strict=True))
+    kappa = dict(zip(WARMUP_VARIANTS, (4, 6, 30, 5, 4, 4, 4, 2, 5), strict=True))
+    policy = SimulatedWarmupPolicy(means, kappa, drift, random.Random(seed))
+    variants = deal_warmup_slots({"all": candidates}, even_warmup_mix().shares)["all"]
+    history, rates = [], []
+    for _ in range(rounds):
+        evidence, rate = policy.run(variants)
+        history.append(evidence)
+        rates.append(rate)
+        if mixed:
+            merged = {}
+            for age, past in enumerate(reversed(history)):
+                for variant, counts in past.items():
+                    merged.setdefault(variant, []).extend(
+                        TaskEvidence(k, 8, PAPER.recency**age, drift * (age + 1)) for k in counts)
+            variants = deal_warmup_slots({"all": candidates}, warmup_mix(merged, PAPER).shares)["all"]
+            assert set(variants) == set(WARMUP_VARIANTS)  # none drops out
+    return rates
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_simulated_warmup_tier_admits_more_under_the_mix_than_under_an_even_draw(seed):
+    """The same simulated policy, 0.5 logits better each round: rounds 2 and
+    3 planned by the mix (the drift known, as the held-out split measures it)
+    admit more than the even draw (together by more than 10 points), and
+    more than round 1."""
+    mixed, even = simulate_warmup(True, seed), simulate_warmup(False, seed)
+    assert mixed[0] == even[0]  # round 1 is the same even draw
+    assert all(m > e for m, e in zip(mixed[1:], even[1:])), (mixed, even)
+    assert sum(mixed[1:]) > sum(even[1:]) + 0.1, (mixed, even)
+    assert min(mixed[1:]) > mixed[0], mixed

@@ -2,6 +2,7 @@
 
 import json
 import shutil
+from pathlib import Path
 
 import dagster as dg
 import polars as pl
@@ -68,25 +69,37 @@ def synthesis_plan(context: dg.AssetExecutionContext, warehouse: Warehouse, loop
     upstream = previous_round(key)
     drift = 0.0
     if upstream is None:
-        plan = curriculum.first_plan(capabilities, loop.candidates_per_round)
+        warmup = curriculum.even_warmup_mix()
+        plan = curriculum.first_plan(capabilities, loop.candidates_per_round, warmup)
     else:
         levels, evidence, failure_share, drift, failure_causes = controller_inputs(warehouse, key, loop.controller_recency)
+        controller = loop.controller()
+        warmup = curriculum.warmup_mix(warmup_evidence(warehouse, key, loop.controller_recency), controller)
         plan = curriculum.next_plan(capabilities, levels, evidence, failure_share, loop.candidates_per_round,
-                                    loop.controller(), drift, failure_causes)
+                                    controller, drift, failure_causes, warmup)
     rows = [
         {"round": key, "capability_id": e.capability_id, "difficulty": e.difficulty, "weight": e.weight,
-         "candidates": e.candidates, "source_round": upstream, "reason": e.reason, "knobs": list(e.knobs)}
+         "candidates": e.candidates, "source_round": upstream, "reason": e.reason, "knobs": list(e.knobs),
+         "operations": list(e.operations)}
         for e in plan
     ]
     warehouse.replace("synthesis_plans", table_frame("synthesis_plans", rows), {"round": key})
-    return dg.MaterializeResult(metadata={
+    metadata = {
         "upstream_round": upstream or "none (round 1 starts from the base curriculum)",
         "pass_rate_drift_logits": round(drift, 3),
         "target_admission_rate": loop.target_admission_rate,
         "plan": markdown_table(["capability", "level", "weight", "candidates", "knobs", "why"],
                                [(e.capability_id, e.difficulty, f"{e.weight:.2f}", e.candidates, ", ".join(e.knobs) or "-",
                                  e.reason) for e in plan]),
-    })
+    }
+    if any(e.operations for e in plan):
+        dealt = [(e.difficulty, op) for e in plan for op in e.operations]
+        metadata["warmup_mix"] = markdown_table(
+            ["level", "operation", "predicted admission", "share", "candidates"],
+            [(level, op, "unmeasured" if warmup.predicted[(level, op)] is None else f"{warmup.predicted[(level, op)]:.0%}",
+              f"{warmup.shares[(level, op)]:.0%}", dealt.count((level, op))) for level, op in curriculum.WARMUP_VARIANTS])
+        metadata["warmup_expected_admission"] = round(warmup.expected_admission, 4)
+    return dg.MaterializeResult(metadata=metadata)
 
 
 def controller_inputs(warehouse: Warehouse, round_key: str, recency: float):
@@ -105,6 +118,7 @@ def controller_inputs(warehouse: Warehouse, round_key: str, recency: float):
     for row in plan.sort(["candidates", "difficulty"], descending=True).iter_rows(named=True):
         levels.setdefault(row["capability_id"], row["difficulty"])
     per_round: list[dict[tuple[str, int], curriculum.CellEvidence]] = []
+    per_round_drift = heldout_drifts(warehouse, round_key)
     for past in range(1, round_number(round_key)):
         past_key = round_key_for(past)
         tasks = warehouse.read("tasks", {"round": past_key}).select("task_id", "capability_id", "difficulty")
@@ -127,7 +141,50 @@ def controller_inputs(warehouse: Warehouse, round_key: str, recency: float):
     failure_causes: dict[str, dict[str, int]] = {}
     for row in summaries.group_by("capability_id", "root_cause").len().iter_rows(named=True):
         failure_causes.setdefault(row["capability_id"], {})[row["root_cause"]] = row["len"]
-    return levels, evidence, failure_share, curriculum.estimate_drift(per_round), failure_causes
+    # The drift: measured on the last round's held-out split where it can be,
+    # else estimated from the cells the last two rounds share.
+    drift = per_round_drift[-1] if per_round_drift and per_round_drift[-1] is not None else curriculum.estimate_drift(per_round)
+    return levels, evidence, failure_share, drift, failure_causes
+
+
+def heldout_drifts(warehouse: Warehouse, round_key: str) -> list[float | None]:
+    """For each round before `round_key`, the drift its training caused on
+    its held-out split (curriculum.heldout_drift; None where too few
+    rollouts were scored)."""
+    drifts = []
+    for past in range(1, round_number(round_key)):
+        rollouts = warehouse.read("rollouts", {"round": round_key_for(past)})
+        sides = []
+        for phase in ("heldout_before", "heldout_after"):
+            scored = rollouts.filter((pl.col("phase") == phase) & (pl.col("status") == "scored"))
+            sides.append(curriculum.CellEvidence(passes=float(scored["reward"].sum() or 0), rollouts=scored.height))
+        drifts.append(curriculum.heldout_drift(*sides))
+    return drifts
+
+
+def warmup_evidence(warehouse: Warehouse, round_key: str, recency: float) -> dict[tuple[int, str], list[curriculum.TaskEvidence]]:
+    """Every warm-up task of the rounds before `round_key`, by (level,
+    operation; the operation from its bundle's meta.json), pooled over
+    capabilities: its pass count, a round j rounds back weighing recency**j,
+    and shifted by the drift of every round's training since (heldout_drifts;
+    a round without a measurement adds none)."""
+    number = round_number(round_key)
+    drifts = heldout_drifts(warehouse, round_key)
+    evidence: dict[tuple[int, str], list[curriculum.TaskEvidence]] = {}
+    for past in range(1, number):
+        past_key = round_key_for(past)
+        shift = sum(d for d in drifts[past - 1:] if d is not None)
+        tasks = warehouse.read("tasks", {"round": past_key}).filter(pl.col("difficulty") < 0)
+        admissions = warehouse.read("admissions", {"round": past_key})
+        for row in admissions.join(tasks, on="task_id").iter_rows(named=True):
+            meta = Path(row["bundle_path"] or "") / "meta.json"
+            if not row["bundle_path"] or not meta.is_file():
+                continue  # a bundle since removed: its operation is unknown
+            operation = json.loads(meta.read_text()).get("operation")
+            if operation:
+                evidence.setdefault((row["difficulty"], operation), []).append(curriculum.TaskEvidence(
+                    row["pass_count"], row["scored_rollouts"], recency ** (number - 1 - past), shift))
+    return evidence
 
 
 def candidate_assignments(warehouse: Warehouse, round_key: str) -> list[tuple[GeneratorSpec, int]]:
@@ -141,11 +198,15 @@ def candidate_assignments(warehouse: Warehouse, round_key: str) -> list[tuple[Ge
     assignments = []
     for entry in plan.sort("capability_id").iter_rows(named=True):
         capability, knobs = capabilities[entry["capability_id"]], entry["knobs"] or ()
+        operations = entry.get("operations") or []
         for j in range(entry["candidates"]):
+            operation = operations[j] if j < len(operations) else None
             if catalogs.route_of(capability.id) == "domain":
-                spec = domain_generator_spec(capability, executable[(number + j) % len(executable)], entry["difficulty"], knobs)
+                spec = domain_generator_spec(capability, executable[(number + j) % len(executable)], entry["difficulty"],
+                                             knobs, operation)
             else:
-                spec = generator_spec(capability, domains[(number * 5 + j) % len(domains)], entry["difficulty"], knobs)
+                spec = generator_spec(capability, domains[(number * 5 + j) % len(domains)], entry["difficulty"], knobs,
+                                      operation)
             assignments.append((spec, number * 1000 + j))
     return assignments
 
