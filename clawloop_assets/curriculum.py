@@ -171,15 +171,18 @@ class Controller:
     # candidates: 2 of 64, enough to stay measured, the rest where it admits.
     min_variant_share: float = 0.03
     # And no variant more than this share: a variant is in the band exactly
-    # while the policy is learning it, so it can be the one that moves most.
-    # Measured: 31 of 64 candidates on one variant predicted 87% admitted;
-    # that variant moved +2.21 logits in the round, not the +0.94 pooled
-    # drift, and 4 of the 31 were admitted.
-    max_variant_share: float = 0.25
-    # How far one variant's drift strays from the pooled one (logits, a normal
-    # spread): 0.9, from the 0.68 logits by which the pooled drift missed a
-    # variant's next-round change on average (22 variant-rounds, two runs).
-    drift_uncertainty: float = 0.9
+    # while the policy is learning it, so it can be the one that moves most
+    # (31 of 64 candidates on one variant predicted 87% admitted; it moved
+    # +2.21 logits in the round, not the +0.94 pooled, and 4 were admitted).
+    # Half: with each round's own admission rates known, a mix capped at 25%
+    # would have held 70% in rounds 2 and 3 of none of three runs, at 50% of
+    # two (benchmarks/warmup_variants.py).
+    max_variant_share: float = 0.5
+    # How far a variant's next-round pass rate strays from the prediction
+    # (logits, a normal spread): 0.75, from the 0.60 logits the prediction
+    # (assets/synthesis.py: warmup_evidence) missed by on average over 36
+    # variant-rounds of three runs.
+    drift_uncertainty: float = 0.75
     evenness_steps: int = field(default=20)
 
     def __post_init__(self) -> None:
@@ -443,12 +446,15 @@ def warmup_mix(evidence: Mapping[tuple[int, str], Sequence[TaskEvidence]], contr
     free = 1 - floor * len(WARMUP_VARIANTS)
     # An unmeasured variant's expected admission: the uniform prior's mean.
     score = {v: 0.5 if predicted[v] is None else predicted[v] for v in WARMUP_VARIANTS}
+    # What a capped variant's excess goes to once the preferred are full: the
+    # measured by prediction; the unmeasured last (a hedged move).
+    preference = {v: score[v] if v in measured else -1.0 for v in WARMUP_VARIANTS}
     for step in range(int(max_sharpness * 4) + 1):
         sharpness = step / 4
         powered = {v: score[v] ** sharpness for v in measured}
         total = sum(powered.values()) or 1.0
         shares = _capped({v: floor + free * powered.get(v, 0.0) / total for v in WARMUP_VARIANTS},
-                         max(controller.max_variant_share, 1 / len(WARMUP_VARIANTS)), floor)
+                         max(controller.max_variant_share, 1 / len(WARMUP_VARIANTS)), floor, preference)
         expected = sum(shares[v] * score[v] for v in WARMUP_VARIANTS)
         if expected >= controller.target_admission:
             break
@@ -459,25 +465,32 @@ def warmup_mix(evidence: Mapping[tuple[int, str], Sequence[TaskEvidence]], contr
                      f"warm-up variants (share, predicted admission): {described}; sharpness {sharpness:g}")
 
 
-def _capped(shares: Mapping, cap: float, floor: float = 0.0) -> dict:
+def _capped(shares: Mapping, cap: float, floor: float = 0.0, preference: Mapping | None = None) -> dict:
     """`shares` with none above `cap` (cap * len(shares) >= 1): each excess
     goes to the shares below the cap in proportion to what they hold above
     `floor` (so in order of preference, not to those kept at the floor only
-    to stay measured), until none is above."""
+    to stay measured); where none holds more than the floor, to the most
+    preferred below the cap (by `preference`, else by share), filled one
+    after another."""
     shares = dict(shares)
+    rank = preference or shares
     while True:
         over = {v for v, x in shares.items() if x > cap + 1e-12}
         if not over:
             return shares
         excess = sum(shares[v] - cap for v in over)
-        under = [v for v, x in shares.items() if x < cap - 1e-12]
-        above_floor = {v: max(shares[v] - floor, 0.0) for v in under}
-        basis = above_floor if sum(above_floor.values()) > 1e-12 else {v: shares[v] for v in under}
-        total = sum(basis.values())
         for v in over:
             shares[v] = cap
-        for v in under:
-            shares[v] += excess * basis[v] / total
+        under = [v for v, x in shares.items() if x < cap - 1e-12]
+        above_floor = {v: max(shares[v] - floor, 0.0) for v in under}
+        total = sum(above_floor.values())
+        if total > 1e-9:
+            for v in under:
+                shares[v] += excess * above_floor[v] / total
+            continue
+        for v in sorted(under, key=lambda v: rank[v], reverse=True):
+            take = min(cap - shares[v], excess)
+            shares[v], excess = shares[v] + take, excess - take
 
 
 def deal_warmup_slots(slots: Mapping[str, int], shares: Mapping[tuple[int, str], float]) -> dict[str, list[tuple[int, str]]]:

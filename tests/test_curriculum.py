@@ -320,7 +320,8 @@ def test_the_warmup_mix_is_the_most_even_that_reaches_the_target_and_keeps_every
     band, easy, never, unmeasured, second = WARMUP_VARIANTS[:5]
     evidence = {band: tasks([2, 3, 4, 3, 2, 3]), easy: tasks([8, 7, 8, 8, 6, 8]), never: tasks([0] * 6 + [8] * 2),
                 second: tasks([1, 2, 1, 3, 1, 2])}
-    mix = warmup_mix(evidence, PAPER)
+    capped = dataclasses.replace(PAPER, max_variant_share=0.25)
+    mix = warmup_mix(evidence, capped)
     assert sum(mix.shares.values()) == pytest.approx(1.0)
     floor = PAPER.min_variant_share
     assert min(mix.shares.values()) == pytest.approx(floor)  # every variant stays measured
@@ -329,17 +330,17 @@ def test_the_warmup_mix_is_the_most_even_that_reaches_the_target_and_keeps_every
     assert "unmeasured" in mix.reason
     # None above the cap: the best variant's excess goes to the next best, not
     # to the variants kept at the floor only to stay measured.
-    assert max(mix.shares.values()) == pytest.approx(PAPER.max_variant_share)
-    assert mix.shares[band] == pytest.approx(PAPER.max_variant_share)
-    assert mix.shares[second] == pytest.approx(PAPER.max_variant_share)
+    assert max(mix.shares.values()) == pytest.approx(capped.max_variant_share)
+    assert mix.shares[band] == pytest.approx(capped.max_variant_share)
+    assert mix.shares[second] == pytest.approx(capped.max_variant_share)
     # The rest follows the predictions (what the floors leave must go to the
     # measured: 9 floors of 3%, 4 measured variants).
     measured = [band, second, never, easy]
     assert [mix.predicted[v] for v in measured] == sorted((mix.predicted[v] for v in measured), reverse=True)
     assert [mix.shares[v] for v in measured] == sorted((mix.shares[v] for v in measured), reverse=True)
-    # Without a cap, the best variant takes most.
-    uncapped = warmup_mix(evidence, dataclasses.replace(PAPER, max_variant_share=1.0))
-    assert uncapped.shares[band] > 0.5
+    # Without the cap, the best variant takes more than it allowed.
+    uncapped = warmup_mix(evidence, dataclasses.replace(capped, max_variant_share=1.0))
+    assert uncapped.shares[band] > capped.max_variant_share + 0.1
     # A target the even split of the measured ones already reaches leaves them even.
     lenient = warmup_mix(evidence, Controller(target_admission=0.1))
     assert lenient.shares[band] == pytest.approx(lenient.shares[easy]) and "sharpness 0" in lenient.reason
@@ -354,9 +355,11 @@ def test_capping_moves_the_excess_in_order_of_preference():
     # in turn to c and d; e and f, at the floor, keep it.
     assert curriculum._capped(shares, 0.25, floor=0.05) == pytest.approx(
         {"a": 0.25, "b": 0.25, "c": 0.2, "d": 0.2, "e": 0.05, "f": 0.05})
-    # Only when every preferred variant is full do the floors take the rest.
-    assert curriculum._capped({"a": 0.6, "b": 0.2, "c": 0.1, "d": 0.05, "e": 0.05}, 0.25, floor=0.05) == pytest.approx(
-        {"a": 0.25, "b": 0.25, "c": 0.25, "d": 0.125, "e": 0.125})
+    # Only when every variant above the floor is full does one at the floor
+    # take the rest, the most preferred first.
+    assert curriculum._capped({"a": 0.6, "b": 0.2, "c": 0.1, "d": 0.05, "e": 0.05}, 0.25, floor=0.05,
+                              preference={"a": 5, "b": 4, "c": 3, "d": 1, "e": 2}) == pytest.approx(
+        {"a": 0.25, "b": 0.25, "c": 0.25, "d": 0.05, "e": 0.2})
     with pytest.raises(ValueError, match="max_variant_share"):
         Controller(min_variant_share=0.3, max_variant_share=0.2)
 
@@ -461,3 +464,25 @@ def test_a_simulated_warmup_tier_admits_more_under_the_mix_than_under_an_even_dr
     assert all(m > e for m, e in zip(mixed[1:], even[1:])), (mixed, even)
     assert sum(mixed[1:]) > sum(even[1:]) + 0.1, (mixed, even)
     assert min(mixed[1:]) > mixed[0], mixed
+
+
+def test_warmup_evidence_takes_each_task_at_validation_and_after_training(tmp_path):
+    """A round's warm-up task counts at its validation (shifted by the drift
+    since) and, admitted, again as the policy its training produced reran it
+    (shifted only by the rounds after): the measurement that sees a variant
+    training made worse."""
+    from test_warmup_variants import write_run
+
+    from clawloop_assets.assets.synthesis import warmup_evidence
+
+    warehouse = write_run(tmp_path)  # round 1: copy tasks a (4/16, admitted, 12/16 after) and b (0/16)
+    drift = heldout_drift(cell(8, 32), cell(16, 32))
+    evidence = warmup_evidence(warehouse, "round-0002", recency=0.5)
+    assert evidence == {(-2, "copy_file"): [TaskEvidence(2, 8, 1.0, drift), TaskEvidence(0, 8, 1.0, drift),
+                                            TaskEvidence(12, 16, 1.0, 0.0)]}
+    # A round later round 1 weighs half and carries round 2's drift too; round
+    # 2's admitted tasks have no reruns after training in this warehouse.
+    later = warmup_evidence(warehouse, "round-0003", recency=0.5)[(-2, "copy_file")]
+    assert later[:3] == [TaskEvidence(2, 8, 0.5, 2 * drift), TaskEvidence(0, 8, 0.5, 2 * drift),
+                         TaskEvidence(12, 16, 0.5, drift)]
+    assert [(t.passes, t.rollouts, t.weight, t.shift) for t in later[3:]] == [(5, 8, 1.0, drift), (6, 8, 1.0, drift)]

@@ -165,25 +165,44 @@ def heldout_drifts(warehouse: Warehouse, round_key: str) -> list[float | None]:
 def warmup_evidence(warehouse: Warehouse, round_key: str, recency: float) -> dict[tuple[int, str], list[curriculum.TaskEvidence]]:
     """Every warm-up task of the rounds before `round_key`, by (level,
     operation; the operation from its bundle's meta.json), pooled over
-    capabilities: its pass count, a round j rounds back weighing recency**j,
-    and shifted by the drift of every round's training since (heldout_drifts;
-    a round without a measurement adds none)."""
+    capabilities, a round j rounds back weighing recency**j, each measured
+    twice where it can be:
+    - its validation pass count, by that round's input policy, shifted by the
+      drift of every round's training since (heldout_drifts; a round without
+      a measurement adds none);
+    - an admitted task's pass count after the round's training (its T_k and
+      E_k reruns), by the policy that training produced, shifted by the drift
+      of the rounds after. This one sees a variant the training made worse
+      (copying, once: 21% of samples before, 6% after, 4% on the next round's
+      candidates), which the drift pooled over variants cannot; the two
+      together missed a variant's next-round pass rate by 0.60 logits on
+      average, each alone by 0.72 and 0.67 (benchmarks/warmup_variants.py,
+      three runs)."""
     number = round_number(round_key)
     drifts = heldout_drifts(warehouse, round_key)
     evidence: dict[tuple[int, str], list[curriculum.TaskEvidence]] = {}
     for past in range(1, number):
         past_key = round_key_for(past)
-        shift = sum(d for d in drifts[past - 1:] if d is not None)
-        tasks = warehouse.read("tasks", {"round": past_key}).filter(pl.col("difficulty") < 0)
-        admissions = warehouse.read("admissions", {"round": past_key})
-        for row in admissions.join(tasks, on="task_id").iter_rows(named=True):
+        weight = recency ** (number - 1 - past)
+        variant_of = {}
+        for row in warehouse.read("tasks", {"round": past_key}).filter(pl.col("difficulty") < 0).iter_rows(named=True):
             meta = Path(row["bundle_path"] or "") / "meta.json"
-            if not row["bundle_path"] or not meta.is_file():
-                continue  # a bundle since removed: its operation is unknown
-            operation = json.loads(meta.read_text()).get("operation")
-            if operation:
-                evidence.setdefault((row["difficulty"], operation), []).append(curriculum.TaskEvidence(
-                    row["pass_count"], row["scored_rollouts"], recency ** (number - 1 - past), shift))
+            if row["bundle_path"] and meta.is_file():  # else a bundle since removed: its operation is unknown
+                operation = json.loads(meta.read_text()).get("operation")
+                if operation:
+                    variant_of[row["task_id"]] = (row["difficulty"], operation)
+        shift = sum(d for d in drifts[past - 1:] if d is not None)
+        for row in warehouse.read("admissions", {"round": past_key}).iter_rows(named=True):
+            if row["task_id"] in variant_of:
+                evidence.setdefault(variant_of[row["task_id"]], []).append(
+                    curriculum.TaskEvidence(row["pass_count"], row["scored_rollouts"], weight, shift))
+        shift_after = sum(d for d in drifts[past:] if d is not None)
+        rerun = warehouse.read("rollouts", {"round": past_key}).filter(
+            pl.col("phase").is_in(["train_after", "heldout_after"]) & (pl.col("status") == "scored") & ~pl.col("canary_seen"))
+        for (task_id,), group in sorted(rerun.group_by("task_id"), key=lambda kv: kv[0][0]):
+            if task_id in variant_of:
+                evidence.setdefault(variant_of[task_id], []).append(
+                    curriculum.TaskEvidence(int(group["reward"].sum()), group.height, weight, shift_after))
     return evidence
 
 
