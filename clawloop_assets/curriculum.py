@@ -18,26 +18,8 @@ budget taught nothing. The controller here:
 - splits the candidates to reach a target admission rate with the most even
   pool that reaches it, and never gives a capability less than `min_share` of
   them, so it cannot buy its admission rate by collapsing the pool;
-- within the warm-up tier (levels -2 and -1: one shell command, shown or in
-  words), treats each (level, operation) as its own difficulty, pooled over
-  capabilities: a warm-up task's difficulty is its operation and form far
-  more than its capability's files (measured on one policy: in words,
-  deleting a file admitted 11 of 15 tasks, counting characters 4 of 20), and
-  the policy learns the operations unevenly, so one level's operations
-  outgrow it at different rounds. Each variant's admission next round is
-  predicted task by task (each past task's pass rate shifted by the drift
-  since, give or take how far one variant's drift strays from the pooled
-  one, through the binomial admission band), and the candidates go to the
-  most even mix of variants that reaches the target, every variant keeping
-  `min_variant_share` so that it stays measured and none taking more than
-  `max_variant_share`, because the variant in the band is the one the policy
-  is learning and may outgrow within the round;
 - tilts weight toward capabilities the diagnosis found weak, and turns the
   knobs of their generators that target the root causes it found.
-
-The drift is measured, where it can be, on the round's held-out split: the
-same tasks and seeds before and after the round's training, so exactly the
-change from the policy the evidence came from to the one that runs next.
 """
 
 from __future__ import annotations
@@ -45,8 +27,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
-
-from clawloop_assets.generators.generator_common import WARMUP_LEVELS, WARMUP_OPERATIONS
 
 # Every generator family implements levels MIN_LEVEL to MAX_LEVEL (the scale
 # in generators/generator_common.py): its own levels 0 to 5, below them the
@@ -65,8 +45,6 @@ class PlanEntry:
     candidates: int
     reason: str
     knobs: tuple[str, ...] = ()
-    # At a warm-up level: the operation of each candidate, in order (empty: drawn by the generator).
-    operations: tuple[str, ...] = ()
 
 
 # Generator knobs (applied by generators/generator_common.py: knob_text) that
@@ -156,8 +134,6 @@ class Controller:
     is mostly too easy, less often than N_l/N mostly unsolved."""
 
     band: tuple[float, float] = (1 / 8, 5 / 8)
-    # N: rollouts per task, with the band the binomial admission probability.
-    rollouts_per_task: int = 8
     target_admission: float = 0.7
     min_share: float = 0.05
     # Rollouts (recency-weighted) needed before a level may move at all.
@@ -167,22 +143,6 @@ class Controller:
     recency: float = 0.5
     # Weight given to diagnosed weakness: w *= 1 + weakness_tilt * failure_share.
     weakness_tilt: float = 1.0
-    # Each warm-up variant (level, operation) keeps this share of the warm-up
-    # candidates: 2 of 64, enough to stay measured, the rest where it admits.
-    min_variant_share: float = 0.03
-    # And no variant more than this share: a variant is in the band exactly
-    # while the policy is learning it, so it can be the one that moves most
-    # (31 of 64 candidates on one variant predicted 87% admitted; it moved
-    # +2.21 logits in the round, not the +0.94 pooled, and 4 were admitted).
-    # Half: with each round's own admission rates known, a mix capped at 25%
-    # would have held 70% in rounds 2 and 3 of none of three runs, at 50% of
-    # two (benchmarks/warmup_variants.py).
-    max_variant_share: float = 0.5
-    # How far a variant's next-round pass rate strays from the prediction
-    # (logits, a normal spread): 0.75, from the 0.60 logits the prediction
-    # (assets/synthesis.py: warmup_evidence) missed by on average over 36
-    # variant-rounds of three runs.
-    drift_uncertainty: float = 0.75
     evenness_steps: int = field(default=20)
 
     def __post_init__(self) -> None:
@@ -191,31 +151,13 @@ class Controller:
             raise ValueError(f"band must satisfy 0 < low <= high < 1, got {self.band}")
         if not 0 <= self.min_share <= 1:
             raise ValueError(f"min_share must be in [0, 1], got {self.min_share}")
-        if not 0 <= self.min_variant_share <= self.max_variant_share <= 1:
-            raise ValueError("need 0 <= min_variant_share <= max_variant_share <= 1, got "
-                             f"{self.min_variant_share} and {self.max_variant_share}")
 
 
-def first_plan(capabilities: Sequence[str], candidates_per_round: int, warmup: WarmupMix | None = None) -> list[PlanEntry]:
-    """Round 1: every capability at the bottom. With a `warmup` mix (the
-    loop's: even_warmup_mix), its candidates spread
-    over the warm-up tier's variants, so that round 2 plans from a
-    measurement of each; without, all at MIN_LEVEL, the operation drawn by
-    the generator."""
+def first_plan(capabilities: Sequence[str], candidates_per_round: int) -> list[PlanEntry]:
     weight = 1.0 / len(capabilities)
     counts = _apportion(candidates_per_round, {c: weight for c in capabilities}, 0.0)
-    if warmup is None:
-        return [PlanEntry(c, MIN_LEVEL, weight, counts[c], f"round 1: every capability starts at level {MIN_LEVEL}")
-                for c in capabilities]
-    dealt = deal_warmup_slots(counts, warmup.shares)
-    plan = []
-    for c in capabilities:
-        for level in sorted({level for level, _ in dealt[c]}):
-            operations = tuple(op for lv, op in dealt[c] if lv == level)
-            plan.append(PlanEntry(c, level, weight * len(operations) / counts[c], len(operations),
-                                  f"round 1: every capability starts in the warm-up tier, {warmup.reason}",
-                                  (), operations))
-    return plan
+    return [PlanEntry(c, MIN_LEVEL, weight, counts[c], f"round 1: every capability starts at level {MIN_LEVEL}")
+            for c in capabilities]
 
 
 @dataclass(frozen=True)
@@ -256,17 +198,6 @@ def estimate_drift(rounds: Sequence[Mapping[tuple[str, int], CellEvidence]], min
         return 0.0
     mean = sum(c * w for c, w in zip(changes, weights)) / sum(weights)
     return max(-1.0, min(1.0, mean))
-
-
-def heldout_drift(before: CellEvidence, after: CellEvidence, min_rollouts: float = 16.0) -> float | None:
-    """The drift one round's training caused, in logits: the pass rate of its
-    held-out split after training against before, the same tasks and seeds
-    (smoothed like estimate_drift's; clamped to [-2, 2]). None with fewer
-    than `min_rollouts` scored on either side."""
-    if min(before.rollouts, after.rollouts) < min_rollouts:
-        return None
-    change = _logit(after.smoothed_pass_rate) - _logit(before.smoothed_pass_rate)
-    return max(-2.0, min(2.0, change))
 
 
 def decide_level(current: int, evidence: Mapping[int, CellEvidence], controller: Controller,
@@ -319,200 +250,6 @@ def _move(current: int, target: int, evidence: Mapping[int, CellEvidence], here:
                          f"until {target} is measured")
 
 
-# ---- the warm-up tier's variants (level, operation)
-
-WARMUP_VARIANTS = tuple((level, op) for level in WARMUP_LEVELS for op in WARMUP_OPERATIONS[level])
-
-
-@dataclass(frozen=True)
-class TaskEvidence:
-    """One past warm-up task: its pass count, the recency weight of its
-    round, and the drift (logits) from the policy that ran it to the one that
-    runs next."""
-
-    passes: int
-    rollouts: int
-    weight: float = 1.0
-    shift: float = 0.0
-
-
-def admission_probability(pass_rate: float, controller: Controller) -> float:
-    """P(N_l <= passes <= N_h) for N rollouts of a task passing at `pass_rate`."""
-    n = controller.rollouts_per_task
-    low, high = (round(fraction * n) for fraction in controller.band)
-    return sum(math.comb(n, k) * pass_rate**k * (1 - pass_rate) ** (n - k) for k in range(low, high + 1))
-
-
-# The grid predicted_admission integrates a task's pass rate over (midpoints).
-_GRID = tuple((i + 0.5) / 200 for i in range(200))
-_LOG_GRID = tuple((math.log(p), math.log(1 - p)) for p in _GRID)
-
-
-def _log_beta(a: float, b: float) -> float:
-    return math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
-
-
-def task_prior(tasks: Sequence[TaskEvidence]) -> tuple[float, float]:
-    """Beta(a, b): how the pass rates of one variant's tasks spread, fitted
-    to their pass counts (the beta-binomial's maximum likelihood on a grid of
-    means and concentrations, recency-weighted). A variant whose tasks split
-    into never- and always-solved gets a U-shaped prior (a, b < 1), so a task
-    that failed 8 times is taken for one the policy cannot do, not for one
-    unlucky 8 times. Jeffreys' Beta(1/2, 1/2) with fewer than 3 tasks."""
-    measured = [t for t in tasks if t.rollouts]
-    if len(measured) < 3:
-        return 0.5, 0.5
-    best, best_ll = (0.5, 0.5), -math.inf
-    for mean in (i / 50 for i in range(1, 50)):
-        for concentration in (0.25, 0.5, 1, 2, 4, 8, 16, 32, 64):
-            a, b = mean * concentration, (1 - mean) * concentration
-            prior = _log_beta(a, b)
-            ll = sum(t.weight * (_log_beta(a + t.passes, b + t.rollouts - t.passes) - prior) for t in measured)
-            if ll > best_ll:
-                best, best_ll = (a, b), ll
-    return best
-
-
-# Probabilists' Gauss-Hermite nodes and weights (5 points, weights summing
-# to 1): the expectation over a standard normal drift error.
-_NORMAL_NODES = ((0.0, 8 / 15), (1.3556261799742659, 0.2222549197766013), (-1.3556261799742659, 0.2222549197766013),
-                 (2.8569700138728056, 0.011257411327720691), (-2.8569700138728056, 0.011257411327720691))
-
-
-def _admission_curve(shift: float, controller: Controller) -> list[float]:
-    """On _GRID: the admission probability of a task of that pass rate after
-    `shift` logits of drift, give or take the controller's drift_uncertainty."""
-    sigma = controller.drift_uncertainty
-    nodes = _NORMAL_NODES if sigma else ((0.0, 1.0),)
-    return [sum(w * admission_probability(_sigmoid(_logit(p) + shift + sigma * x), controller) for x, w in nodes)
-            for p in _GRID]
-
-
-def predicted_admission(tasks: Sequence[TaskEvidence], controller: Controller) -> float | None:
-    """The admission rate next round of tasks like these, task by task,
-    because tasks of one variant differ (a mean pass rate hides the
-    never-solved and the always-solved): each task's pass rate, uncertain
-    given its k passes in n (the posterior Beta(a + k, b + n - k) under the
-    variant's task_prior), shifted by its drift in logits (give or take
-    drift_uncertainty: a variant the policy is learning can move much more
-    than the pooled drift), through the admission band; averaged with the
-    recency weights. None without evidence."""
-    measured = [t for t in tasks if t.rollouts]
-    total = sum(t.weight for t in measured)
-    if not total:
-        return None
-    a, b = task_prior(measured)
-    curves: dict[float, list[float]] = {}
-    out = 0.0
-    for t in measured:
-        log_density = [(a + t.passes - 1) * lp + (b + t.rollouts - t.passes - 1) * lq for lp, lq in _LOG_GRID]
-        top = max(log_density)
-        density = [math.exp(x - top) for x in log_density]
-        if t.shift not in curves:
-            curves[t.shift] = _admission_curve(t.shift, controller)
-        out += t.weight * sum(d * x for d, x in zip(density, curves[t.shift])) / sum(density)
-    return out / total
-
-
-@dataclass(frozen=True)
-class WarmupMix:
-    shares: dict[tuple[int, str], float]  # (level, operation) -> share of the warm-up candidates
-    predicted: dict[tuple[int, str], float | None]  # None: not measured yet
-    expected_admission: float
-    reason: str
-
-
-def even_warmup_mix() -> WarmupMix:
-    """With nothing measured yet (round 1): every variant alike, to measure each."""
-    return WarmupMix(dict.fromkeys(WARMUP_VARIANTS, 1 / len(WARMUP_VARIANTS)), dict.fromkeys(WARMUP_VARIANTS),
-                     0.5, "warm-up variants: none measured yet, an even mix to measure each")
-
-
-def warmup_mix(evidence: Mapping[tuple[int, str], Sequence[TaskEvidence]], controller: Controller,
-               max_sharpness: float = 16.0) -> WarmupMix:
-    """The share of each warm-up variant next round: every variant keeps
-    `min_variant_share`, so that it stays measured (all a variant not yet
-    measured gets: a move to an unmeasured difficulty is hedged), and none
-    gets more than `max_variant_share`; the rest goes to the measured
-    variants in proportion to predicted**s, s rising from 0 (even) until the
-    expected admission reaches the target (or s reaches `max_sharpness`):
-    the most even mix that reaches it. With nothing measured, an even mix
-    (round 1's)."""
-    predicted = {v: predicted_admission(evidence.get(v, ()), controller) for v in WARMUP_VARIANTS}
-    measured = [v for v in WARMUP_VARIANTS if predicted[v] is not None]
-    if not measured:
-        return even_warmup_mix()
-    floor = min(controller.min_variant_share, 1 / len(WARMUP_VARIANTS))
-    free = 1 - floor * len(WARMUP_VARIANTS)
-    # An unmeasured variant's expected admission: the uniform prior's mean.
-    score = {v: 0.5 if predicted[v] is None else predicted[v] for v in WARMUP_VARIANTS}
-    # What a capped variant's excess goes to once the preferred are full: the
-    # measured by prediction; the unmeasured last (a hedged move).
-    preference = {v: score[v] if v in measured else -1.0 for v in WARMUP_VARIANTS}
-    for step in range(int(max_sharpness * 4) + 1):
-        sharpness = step / 4
-        powered = {v: score[v] ** sharpness for v in measured}
-        total = sum(powered.values()) or 1.0
-        shares = _capped({v: floor + free * powered.get(v, 0.0) / total for v in WARMUP_VARIANTS},
-                         max(controller.max_variant_share, 1 / len(WARMUP_VARIANTS)), floor, preference)
-        expected = sum(shares[v] * score[v] for v in WARMUP_VARIANTS)
-        if expected >= controller.target_admission:
-            break
-    described = ", ".join(f"{op}@{level} {shares[(level, op)]:.0%} "
-                          f"({'unmeasured' if predicted[(level, op)] is None else f'{predicted[(level, op)]:.0%}'})"
-                          for level, op in WARMUP_VARIANTS)
-    return WarmupMix(shares, predicted, expected,
-                     f"warm-up variants (share, predicted admission): {described}; sharpness {sharpness:g}")
-
-
-def _capped(shares: Mapping, cap: float, floor: float = 0.0, preference: Mapping | None = None) -> dict:
-    """`shares` with none above `cap` (cap * len(shares) >= 1): each excess
-    goes to the shares below the cap in proportion to what they hold above
-    `floor` (so in order of preference, not to those kept at the floor only
-    to stay measured); where none holds more than the floor, to the most
-    preferred below the cap (by `preference`, else by share), filled one
-    after another."""
-    shares = dict(shares)
-    rank = preference or shares
-    while True:
-        over = {v for v, x in shares.items() if x > cap + 1e-12}
-        if not over:
-            return shares
-        excess = sum(shares[v] - cap for v in over)
-        for v in over:
-            shares[v] = cap
-        under = [v for v, x in shares.items() if x < cap - 1e-12]
-        above_floor = {v: max(shares[v] - floor, 0.0) for v in under}
-        total = sum(above_floor.values())
-        if total > 1e-9:
-            for v in under:
-                shares[v] += excess * above_floor[v] / total
-            continue
-        for v in sorted(under, key=lambda v: rank[v], reverse=True):
-            take = min(cap - shares[v], excess)
-            shares[v], excess = shares[v] + take, excess - take
-
-
-def deal_warmup_slots(slots: Mapping[str, int], shares: Mapping[tuple[int, str], float]) -> dict[str, list[tuple[int, str]]]:
-    """Each capability's warm-up candidates as variants: the total apportioned
-    to the mix (exact counts, so a 5% variant is not rounded away in every
-    capability), laid out evenly spread, and dealt to the capabilities in
-    turn in contiguous runs."""
-    total = sum(slots.values())
-    counts = _apportion(total, shares, 0.0, at_least_one=False)
-    order, used = [], dict.fromkeys(counts, 0)
-    for i in range(total):
-        # The variant furthest behind its due count so far (ties: the larger share, then by name).
-        variant = max(counts, key=lambda v: (counts[v] * (i + 1) / total - used[v], counts[v], v))
-        used[variant] += 1
-        order.append(variant)
-    dealt, start = {}, 0
-    for capability in sorted(slots):
-        dealt[capability] = order[start:start + slots[capability]]
-        start += slots[capability]
-    return dealt
-
-
 def next_plan(
     capabilities: Sequence[str],
     current_levels: Mapping[str, int],
@@ -522,40 +259,23 @@ def next_plan(
     controller: Controller = Controller(),
     drift: float = 0.0,
     failure_causes: Mapping[str, Mapping[str, int]] | None = None,
-    warmup: WarmupMix | None = None,
 ) -> list[PlanEntry]:
     """Round k+1's plan from the evidence of rounds 1..k (`drift`: see
-    estimate_drift and heldout_drift) and round k's diagnosis
-    (`failure_share` per capability, `failure_causes`: root-cause counts per
-    capability). With a `warmup` mix, a capability's warm-up candidates go to
-    the mix's variants (dealt by deal_warmup_slots) instead of its own
-    warm-up level; without, the generator draws the operation."""
+    estimate_drift) and round k's diagnosis (`failure_share` per capability,
+    `failure_causes`: root-cause counts per capability)."""
     knobs = generator_knobs(failure_causes or {})
     decisions = {}
     for capability in capabilities:
         by_level = {level: cell for (c, level), cell in evidence.items() if c == capability}
         decisions[capability] = decide_level(current_levels.get(capability, MIN_LEVEL), by_level, controller, drift)
     expected = {c: d.expected_admission for c, d in decisions.items()}
-    if warmup is not None:
-        expected.update({c: warmup.expected_admission for c, d in decisions.items() if max(d.levels) < 0})
     tilt = {c: 1.0 + controller.weakness_tilt * failure_share.get(c, 0.0) for c in capabilities}
     weights, evenness = _weights_for_target(expected, tilt, controller)
     counts = _apportion(candidates_per_round, weights, controller.min_share)
-    splits = {c: _apportion(counts[c], decisions[c].levels, 0.0, at_least_one=False) for c in capabilities}
-    dealt = {}
-    if warmup is not None:
-        dealt = deal_warmup_slots({c: sum(n for level, n in split.items() if level < 0) for c, split in splits.items()},
-                                  warmup.shares)
     plan = []
     for capability in capabilities:
         decision = decisions[capability]
-        split = dict(splits[capability])
-        operations: dict[int, tuple[str, ...]] = {}
-        if capability in dealt:
-            split = {level: n for level, n in split.items() if level >= 0}
-            for level, op in dealt[capability]:
-                operations[level] = operations.get(level, ()) + (op,)
-                split[level] = split.get(level, 0) + 1
+        split = _apportion(counts[capability], decision.levels, 0.0, at_least_one=False)
         chosen, why = knobs.get(capability, ((), ""))
         for level in sorted(split):
             # A warm-up task's one sentence already states its whole contract;
@@ -563,18 +283,12 @@ def next_plan(
             # the embedded model's pass rate on warm-up tasks from 35% to 6%.
             knobbed = chosen if level >= FIRST_KNOB_LEVEL else ()
             note = why if knobbed else (f"no knobs below level {FIRST_KNOB_LEVEL} ({why})" if why else "")
-            if level in operations:
-                note = ((note + "; ") if note else "") + (
-                    f"warm-up variants from the tier's mix (expected admission {warmup.expected_admission:.0%}): "
-                    + ", ".join(f"{op} x{operations[level].count(op)}" for op in sorted(set(operations[level]))))
-            share = split[level] / counts[capability] if capability in dealt else decision.levels[level]
             plan.append(PlanEntry(
-                capability, level, weights[capability] * share, split[level],
-                f"{decision.reason}; expected admission {expected[capability]:.0%}; "
+                capability, level, weights[capability] * decision.levels[level], split[level],
+                f"{decision.reason}; expected admission {decision.expected_admission:.0%}; "
                 f"{failure_share.get(capability, 0.0):.0%} of diagnosed failures; pool evenness {evenness:.2f}"
                 + (f"; {note}" if note else ""),
                 knobbed,
-                operations.get(level, ()),
             ))
     return plan
 

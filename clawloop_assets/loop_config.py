@@ -119,7 +119,6 @@ class LoopConfig(dg.ConfigurableResource):
     def controller(self) -> Controller:
         return Controller(
             band=(self.admission_low / self.rollouts_per_task, self.admission_high / self.rollouts_per_task),
-            rollouts_per_task=self.rollouts_per_task,
             target_admission=self.target_admission_rate,
             min_share=self.min_capability_share,
             recency=self.controller_recency,

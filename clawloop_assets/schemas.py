@@ -95,8 +95,6 @@ class SynthesisPlans(_RoundTable):
     source_round: Optional[str] = pa.Field(nullable=True)
     reason: str
     knobs: Annotated[pl.List, pl.Utf8()]  # generator knobs (curriculum.KNOB_FOR_ROOT_CAUSE)
-    # At a warm-up level, each candidate's operation in order (curriculum.deal_warmup_slots); else empty.
-    operations: Optional[Annotated[pl.List, pl.Utf8()]] = pa.Field(nullable=True)
 
 
 class Generators(_RoundTable):

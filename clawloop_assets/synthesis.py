@@ -68,15 +68,14 @@ class CandidateBuild:
         return self.bundle_dir is not None
 
 
-def generator_spec(capability: Capability, domain: Domain, difficulty: int, knobs: Sequence[str] = (),
-                   operation: str | None = None) -> GeneratorSpec:
+def generator_spec(capability: Capability, domain: Domain, difficulty: int, knobs: Sequence[str] = ()) -> GeneratorSpec:
     """The spec of one capability family instantiated in one domain at one
-    level, with the plan's generator knobs (none by default) and, at a
-    warm-up level, its operation (else the generator draws one)."""
+    level, with the plan's generator knobs (none by default)."""
     params = {"capability": capability.id, "track": capability.track, "difficulty": difficulty, "domain": domain.as_params()}
-    _plan_params(params, knobs, operation)
+    if knobs:
+        params["knobs"] = sorted(knobs)
     return GeneratorSpec(
-        generator_id=_generator_id(capability.id, domain.id, difficulty, operation),
+        generator_id=f"{capability.id}.{domain.id}.L{difficulty}",
         capability=capability.id,
         domain=domain.id,
         difficulty=difficulty,
@@ -85,19 +84,8 @@ def generator_spec(capability: Capability, domain: Domain, difficulty: int, knob
     )
 
 
-def _plan_params(params: dict[str, Any], knobs: Sequence[str], operation: str | None) -> None:
-    if knobs:
-        params["knobs"] = sorted(knobs)
-    if operation:
-        params["operation"] = operation
-
-
-def _generator_id(capability: str, domain: str, difficulty: int, operation: str | None) -> str:
-    return f"{capability}.{domain}.L{difficulty}" + (f".{operation}" if operation else "")
-
-
 def domain_generator_spec(capability: Capability, domain: ExecutableDomain, difficulty: int,
-                          knobs: Sequence[str] = (), operation: str | None = None) -> GeneratorSpec:
+                          knobs: Sequence[str] = ()) -> GeneratorSpec:
     """The domain route's generator for one executable domain at one level: the
     domain_workflow family with the domain's files beside it and its tool
     graph (read by AST here, on the host) in params.json."""
@@ -112,10 +100,11 @@ def domain_generator_spec(capability: Capability, domain: ExecutableDomain, diff
                              "returns": list(t.returns), "reads": list(t.reads), "writes": list(t.writes),
                              "refuses": t.refuses} for t in graph.tools]},
     }
-    _plan_params(params, knobs, operation)
+    if knobs:
+        params["knobs"] = sorted(knobs)
     files = tuple((name, str(domain.path(name))) for name in ("schema.sql", "seed.py", "tools.py"))
     files += (("tool_cli.py", str(TOOL_CLI)), ("task_graphs.py", task_graphs.__file__))
-    return GeneratorSpec(_generator_id(capability.id, domain.id, difficulty, operation), capability.id, domain.id, difficulty,
+    return GeneratorSpec(f"{capability.id}.{domain.id}.L{difficulty}", capability.id, domain.id, difficulty,
                          capability.track, params, files)
 
 

@@ -2,10 +2,8 @@
 sandbox, the real embedded model, the real warehouse and real training jobs."""
 
 import json
-from pathlib import Path
 
 import dagster as dg
-import polars as pl
 import pytest
 from conftest import docker_sandbox
 
@@ -165,15 +163,6 @@ def test_two_rounds_end_to_end(clawloop_home):
     first_plan = warehouse.read("synthesis_plans", {"round": "round-0001"})
     moved = plan.join(first_plan, on="capability_id", suffix="_before")
     assert (moved["difficulty"] - moved["difficulty_before"]).abs().max() <= 1
-    # Both rounds' warm-up candidates each carry the operation the mix dealt them,
-    # and the tasks built are those operations.
-    for rows in (first_plan, plan):
-        for row in rows.filter(pl.col("difficulty") < 0).iter_rows(named=True):
-            assert len(row["operations"]) == row["candidates"], row
-    built = warehouse.read("tasks", {"round": "round-0002"}).filter(pl.col("build_status") == "built")
-    for row in built.filter(pl.col("difficulty") < 0).iter_rows(named=True):
-        operation = json.loads((Path(row["bundle_path"]) / "meta.json").read_text())["operation"]
-        assert row["generator_id"].endswith(f".L{row['difficulty']}.{operation}"), row
     # Nothing of round 1 was lost or duplicated by round 2.
     assert warehouse.read("rollouts", {"round": "round-0001"}).height == rollouts.height
 

@@ -2,7 +2,6 @@
 
 import json
 import shutil
-from pathlib import Path
 
 import dagster as dg
 import polars as pl
@@ -69,37 +68,25 @@ def synthesis_plan(context: dg.AssetExecutionContext, warehouse: Warehouse, loop
     upstream = previous_round(key)
     drift = 0.0
     if upstream is None:
-        warmup = curriculum.even_warmup_mix()
-        plan = curriculum.first_plan(capabilities, loop.candidates_per_round, warmup)
+        plan = curriculum.first_plan(capabilities, loop.candidates_per_round)
     else:
         levels, evidence, failure_share, drift, failure_causes = controller_inputs(warehouse, key, loop.controller_recency)
-        controller = loop.controller()
-        warmup = curriculum.warmup_mix(warmup_evidence(warehouse, key, loop.controller_recency), controller)
         plan = curriculum.next_plan(capabilities, levels, evidence, failure_share, loop.candidates_per_round,
-                                    controller, drift, failure_causes, warmup)
+                                    loop.controller(), drift, failure_causes)
     rows = [
         {"round": key, "capability_id": e.capability_id, "difficulty": e.difficulty, "weight": e.weight,
-         "candidates": e.candidates, "source_round": upstream, "reason": e.reason, "knobs": list(e.knobs),
-         "operations": list(e.operations)}
+         "candidates": e.candidates, "source_round": upstream, "reason": e.reason, "knobs": list(e.knobs)}
         for e in plan
     ]
     warehouse.replace("synthesis_plans", table_frame("synthesis_plans", rows), {"round": key})
-    metadata = {
+    return dg.MaterializeResult(metadata={
         "upstream_round": upstream or "none (round 1 starts from the base curriculum)",
         "pass_rate_drift_logits": round(drift, 3),
         "target_admission_rate": loop.target_admission_rate,
         "plan": markdown_table(["capability", "level", "weight", "candidates", "knobs", "why"],
                                [(e.capability_id, e.difficulty, f"{e.weight:.2f}", e.candidates, ", ".join(e.knobs) or "-",
                                  e.reason) for e in plan]),
-    }
-    if any(e.operations for e in plan):
-        dealt = [(e.difficulty, op) for e in plan for op in e.operations]
-        metadata["warmup_mix"] = markdown_table(
-            ["level", "operation", "predicted admission", "share", "candidates"],
-            [(level, op, "unmeasured" if warmup.predicted[(level, op)] is None else f"{warmup.predicted[(level, op)]:.0%}",
-              f"{warmup.shares[(level, op)]:.0%}", dealt.count((level, op))) for level, op in curriculum.WARMUP_VARIANTS])
-        metadata["warmup_expected_admission"] = round(warmup.expected_admission, 4)
-    return dg.MaterializeResult(metadata=metadata)
+    })
 
 
 def controller_inputs(warehouse: Warehouse, round_key: str, recency: float):
@@ -118,7 +105,6 @@ def controller_inputs(warehouse: Warehouse, round_key: str, recency: float):
     for row in plan.sort(["candidates", "difficulty"], descending=True).iter_rows(named=True):
         levels.setdefault(row["capability_id"], row["difficulty"])
     per_round: list[dict[tuple[str, int], curriculum.CellEvidence]] = []
-    per_round_drift = heldout_drifts(warehouse, round_key)
     for past in range(1, round_number(round_key)):
         past_key = round_key_for(past)
         tasks = warehouse.read("tasks", {"round": past_key}).select("task_id", "capability_id", "difficulty")
@@ -141,69 +127,7 @@ def controller_inputs(warehouse: Warehouse, round_key: str, recency: float):
     failure_causes: dict[str, dict[str, int]] = {}
     for row in summaries.group_by("capability_id", "root_cause").len().iter_rows(named=True):
         failure_causes.setdefault(row["capability_id"], {})[row["root_cause"]] = row["len"]
-    # The drift: measured on the last round's held-out split where it can be,
-    # else estimated from the cells the last two rounds share.
-    drift = per_round_drift[-1] if per_round_drift and per_round_drift[-1] is not None else curriculum.estimate_drift(per_round)
-    return levels, evidence, failure_share, drift, failure_causes
-
-
-def heldout_drifts(warehouse: Warehouse, round_key: str) -> list[float | None]:
-    """For each round before `round_key`, the drift its training caused on
-    its held-out split (curriculum.heldout_drift; None where too few
-    rollouts were scored)."""
-    drifts = []
-    for past in range(1, round_number(round_key)):
-        rollouts = warehouse.read("rollouts", {"round": round_key_for(past)})
-        sides = []
-        for phase in ("heldout_before", "heldout_after"):
-            scored = rollouts.filter((pl.col("phase") == phase) & (pl.col("status") == "scored"))
-            sides.append(curriculum.CellEvidence(passes=float(scored["reward"].sum() or 0), rollouts=scored.height))
-        drifts.append(curriculum.heldout_drift(*sides))
-    return drifts
-
-
-def warmup_evidence(warehouse: Warehouse, round_key: str, recency: float) -> dict[tuple[int, str], list[curriculum.TaskEvidence]]:
-    """Every warm-up task of the rounds before `round_key`, by (level,
-    operation; the operation from its bundle's meta.json), pooled over
-    capabilities, a round j rounds back weighing recency**j, each measured
-    twice where it can be:
-    - its validation pass count, by that round's input policy, shifted by the
-      drift of every round's training since (heldout_drifts; a round without
-      a measurement adds none);
-    - an admitted task's pass count after the round's training (its T_k and
-      E_k reruns), by the policy that training produced, shifted by the drift
-      of the rounds after. This one sees a variant the training made worse
-      (copying, once: 21% of samples before, 6% after, 4% on the next round's
-      candidates), which the drift pooled over variants cannot; the two
-      together missed a variant's next-round pass rate by 0.60 logits on
-      average, each alone by 0.72 and 0.67 (benchmarks/warmup_variants.py,
-      three runs)."""
-    number = round_number(round_key)
-    drifts = heldout_drifts(warehouse, round_key)
-    evidence: dict[tuple[int, str], list[curriculum.TaskEvidence]] = {}
-    for past in range(1, number):
-        past_key = round_key_for(past)
-        weight = recency ** (number - 1 - past)
-        variant_of = {}
-        for row in warehouse.read("tasks", {"round": past_key}).filter(pl.col("difficulty") < 0).iter_rows(named=True):
-            meta = Path(row["bundle_path"] or "") / "meta.json"
-            if row["bundle_path"] and meta.is_file():  # else a bundle since removed: its operation is unknown
-                operation = json.loads(meta.read_text()).get("operation")
-                if operation:
-                    variant_of[row["task_id"]] = (row["difficulty"], operation)
-        shift = sum(d for d in drifts[past - 1:] if d is not None)
-        for row in warehouse.read("admissions", {"round": past_key}).iter_rows(named=True):
-            if row["task_id"] in variant_of:
-                evidence.setdefault(variant_of[row["task_id"]], []).append(
-                    curriculum.TaskEvidence(row["pass_count"], row["scored_rollouts"], weight, shift))
-        shift_after = sum(d for d in drifts[past:] if d is not None)
-        rerun = warehouse.read("rollouts", {"round": past_key}).filter(
-            pl.col("phase").is_in(["train_after", "heldout_after"]) & (pl.col("status") == "scored") & ~pl.col("canary_seen"))
-        for (task_id,), group in sorted(rerun.group_by("task_id"), key=lambda kv: kv[0][0]):
-            if task_id in variant_of:
-                evidence.setdefault(variant_of[task_id], []).append(
-                    curriculum.TaskEvidence(int(group["reward"].sum()), group.height, weight, shift_after))
-    return evidence
+    return levels, evidence, failure_share, curriculum.estimate_drift(per_round), failure_causes
 
 
 def candidate_assignments(warehouse: Warehouse, round_key: str) -> list[tuple[GeneratorSpec, int]]:
@@ -217,15 +141,11 @@ def candidate_assignments(warehouse: Warehouse, round_key: str) -> list[tuple[Ge
     assignments = []
     for entry in plan.sort("capability_id").iter_rows(named=True):
         capability, knobs = capabilities[entry["capability_id"]], entry["knobs"] or ()
-        operations = entry.get("operations") or []
         for j in range(entry["candidates"]):
-            operation = operations[j] if j < len(operations) else None
             if catalogs.route_of(capability.id) == "domain":
-                spec = domain_generator_spec(capability, executable[(number + j) % len(executable)], entry["difficulty"],
-                                             knobs, operation)
+                spec = domain_generator_spec(capability, executable[(number + j) % len(executable)], entry["difficulty"], knobs)
             else:
-                spec = generator_spec(capability, domains[(number * 5 + j) % len(domains)], entry["difficulty"], knobs,
-                                      operation)
+                spec = generator_spec(capability, domains[(number * 5 + j) % len(domains)], entry["difficulty"], knobs)
             assignments.append((spec, number * 1000 + j))
     return assignments
 

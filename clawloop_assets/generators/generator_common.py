@@ -75,15 +75,10 @@ def build_level(levels, seed, params):
 # base pass rates 14-50% by operation); level -1 asks for the same kind of
 # operation in words only (3-41%). Operations the base model never solved in
 # either form (sorting lines: 2 passes in 104) are left out, and so are those
-# it solves almost always (writing a word to a new file: 69%). Two of them in
-# one command (copy then append to the copy; append then count) are the rung
-# above:
-# by round 3 a trained policy passes the single shown commands 68-86% of the
-# time (too easy to admit), and the tier needs a variant still in the band.
+# it solves almost always (writing a word to a new file: 69%).
 WARMUP_LEVELS = (-2, -1)
 # The operations of each level.
-WARMUP_OPERATIONS = {-2: ("append_word", "count_characters", "copy_file", "copy_and_append",
-                          "append_and_count"),
+WARMUP_OPERATIONS = {-2: ("append_word", "count_characters", "copy_file"),
                      -1: ("append_word", "delete_file", "count_characters", "copy_file")}
 # Everyday words for append_word: a rare word (a domain term) turns the task
 # into spelling it, which is not the skill this level is for.
@@ -158,52 +153,23 @@ def _count_characters(rng, name, text, others):
             checks, "wc -c < %s > chars.txt" % name, "number", [])
 
 
-def _backup_name(name):
-    # backup.<ext>: a short target name, which the model copies far more often right.
-    return "backup." + name.rsplit(".", 1)[-1] if "." in name.rsplit("/", 1)[-1] else "backup"
-
-
 def _copy_file(rng, name, text, others):
-    target = _backup_name(name)
+    # backup.<ext>: a short target name, which the model copies far more often right.
+    target = "backup." + name.rsplit(".", 1)[-1] if "." in name.rsplit("/", 1)[-1] else "backup"
     checks = [{"type": "tree", "name": "%s copied" % name, "files": {name: sha256(text), target: sha256(text)}}]
     return ("Copy %s to %s." % (name, target),
             {"path": target, "format": "text", "schema": "a byte-for-byte copy of %s" % name},
             ["%s stays where it is." % name], checks, "cp %s %s" % (name, target), "tree", [])
 
 
-def _copy_and_append(rng, name, text, others):
-    target = _backup_name(name)
-    word = rng.choice(COMMON_WORDS)
-    checks = [{"type": "tree", "name": "%s copied to %s with %s appended" % (name, target, word),
-               "files": {name: sha256(text), target: sha256(text + word + "\n")}}]
-    return ("Copy %s to %s, then append the word %s to %s." % (name, target, word, target),
-            {"path": target, "format": "text", "schema": "a copy of %s with one more line" % name},
-            ["%s stays as it is; %s holds its lines and then a line holding the word %s." % (name, target, word)],
-            checks, "cp %s %s && echo %s >> %s" % (name, target, word, target), "tree", [word])
-
-
-def _append_and_count(rng, name, text, others):
-    word = rng.choice(COMMON_WORDS)
-    appended = text + word + "\n"
-    checks = [{"type": "text", "name": "%s with %s appended" % (name, word), "path": name, "expected": appended},
-              {"type": "number", "name": "characters in %s after appending" % name, "path": "chars.txt",
-               "expected": len(appended.encode("utf-8")), "tolerance": 0}]
-    return ("Append the word %s to %s, then write the number of characters in %s to chars.txt." % (word, name, name),
-            {"path": "chars.txt", "format": "text", "schema": "one integer"},
-            ["%s keeps its lines and ends with a line holding the word %s." % (name, word),
-             "The count is of %s's bytes after appending, newlines included, as `wc -c` gives it." % name],
-            checks, "echo %s >> %s && wc -c < %s > chars.txt" % (word, name, name), "number", [word])
-
-
 OPERATIONS = {"append_word": _append_word, "delete_file": _delete_file, "count_characters": _count_characters,
-              "copy_file": _copy_file, "copy_and_append": _copy_and_append, "append_and_count": _append_and_count}
+              "copy_file": _copy_file}
 
 
 def one_step_task(rng, params, workspace):
-    """A warm-up task: one operation of `WARMUP_OPERATIONS[level]`, the
-    plan's (params["operation"]) or drawn from the seeded source (a plan
-    entry's seeds start at 0, so `seed % n` would favour the first
-    operations), on one text file of `workspace` (the
+    """A warm-up task: one operation of `WARMUP_OPERATIONS[level]`, drawn from
+    the seeded source (a plan entry's seeds start at 0, so `seed % n` would
+    favour the first operations), on one text file of `workspace` (the
     family's level-0 files, kept as they are)."""
     level = params["difficulty"]
     # The family's own contract goes; this task's is written by assemble.
@@ -217,10 +183,7 @@ def one_step_task(rng, params, workspace):
     if not files:
         raise ValueError("the level-0 workspace has no text file of three lines or more for a warm-up task")
     name = rng.choice(files[:4])
-    # The plan's operation (curriculum.deal_warmup_slots), or a seeded draw.
-    operation = params.get("operation") or rng.choice(WARMUP_OPERATIONS[level])
-    if operation not in WARMUP_OPERATIONS[level]:
-        raise ValueError("operation %r is not one of level %d's: %s" % (operation, level, ", ".join(WARMUP_OPERATIONS[level])))
+    operation = rng.choice(WARMUP_OPERATIONS[level])
     others = {other: sha256(data) for other, data in workspace.items() if other != name}
     others["CONTRACT.md"] = CONTRACT_UNCHANGED  # "every other file stays": the contract too
     instruction, deliverable, rules, checks, command, fmt, labels = OPERATIONS[operation](
