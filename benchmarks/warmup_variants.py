@@ -96,8 +96,9 @@ def read_run(warehouse: Warehouse) -> tuple[list[VariantRound], dict[str, float]
                 else "after" if row["phase"] in AFTER_TRAINING else None)
         if side:
             getattr(found, side).add(1.0, passes=int(row["reward"]), rollouts=1)
+    # A round measured on one side only (stopped before its training ended) has no drift.
     drift = {r: logit(heldout[(r, "heldout_after")]) - logit(heldout[(r, "heldout_before")])
-             for r, phase in heldout if phase == "heldout_after" and heldout[(r, "heldout_before")].rollouts}
+             for r, phase in list(heldout) if phase == "heldout_after" and (r, "heldout_before") in heldout}
     return sorted(cells.values(), key=lambda v: (v.round, v.variant)), drift
 
 
