@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,9 +36,11 @@ from clawloop_assets.curriculum import CellEvidence
 from resources.warehouse import DuckDBWarehouse, Warehouse
 
 Variant = tuple[int, str]  # (level, operation)
-# Rollout phases measured on a round's admitted tasks, by which policy ran them.
-BEFORE_TRAINING = ("train_before", "heldout_before")
-AFTER_TRAINING = ("train_after", "heldout_after")
+# Which of a variant's figures a rollout phase counts toward: validation is
+# the round's input policy on fresh tasks; the others run on the round's
+# admitted tasks, before or after its training.
+SIDE_OF_PHASE = {"validation": "validation", "train_before": "before", "heldout_before": "before",
+                 "train_after": "after", "heldout_after": "after"}
 MIN_ROLLOUTS = 16
 CAPS = (0.25, 0.4, 0.5, 1.0)
 
@@ -57,12 +58,6 @@ class VariantRound:
     @property
     def admission_rate(self) -> float:
         return self.admitted / self.candidates if self.candidates else 0.0
-
-
-def logit(cell: CellEvidence) -> float:
-    """The pass rate in logits, smoothed by half a pass (finite at 0 and 1)."""
-    p = cell.smoothed_pass_rate
-    return math.log(p / (1 - p))
 
 
 def read_run(warehouse: Warehouse) -> tuple[list[VariantRound], dict[str, float]]:
@@ -91,13 +86,11 @@ def read_run(warehouse: Warehouse) -> tuple[list[VariantRound], dict[str, float]
             heldout[(row["round"], row["phase"])].add(1.0, passes=int(row["reward"]), rollouts=1)
         if row["task_id"] not in variant_of:
             continue
-        found = cell(row["round"], variant_of[row["task_id"]])
-        side = ("validation" if row["phase"] == "validation" else "before" if row["phase"] in BEFORE_TRAINING
-                else "after" if row["phase"] in AFTER_TRAINING else None)
+        side = SIDE_OF_PHASE.get(row["phase"])
         if side:
-            getattr(found, side).add(1.0, passes=int(row["reward"]), rollouts=1)
+            getattr(cell(row["round"], variant_of[row["task_id"]]), side).add(1.0, passes=int(row["reward"]), rollouts=1)
     # A round measured on one side only (stopped before its training ended) has no drift.
-    drift = {r: logit(heldout[(r, "heldout_after")]) - logit(heldout[(r, "heldout_before")])
+    drift = {r: heldout[(r, "heldout_after")].smoothed_logit - heldout[(r, "heldout_before")].smoothed_logit
              for r, phase in list(heldout) if phase == "heldout_after" and (r, "heldout_before") in heldout}
     return sorted(cells.values(), key=lambda v: (v.round, v.variant)), drift
 
@@ -129,11 +122,11 @@ def ceilings(variants: Iterable[VariantRound], caps: Sequence[float] = CAPS, min
 # Each predictor of a variant's next-round validation pass rate (logits),
 # from this round's variant figures and the held-out drift.
 PREDICTORS = {
-    "this round's validation + held-out drift": lambda v, drift: logit(v.validation) + drift,
-    "after training, on the round's admitted tasks": lambda v, drift: logit(v.after),
+    "this round's validation + held-out drift": lambda v, drift: v.validation.smoothed_logit + drift,
+    "after training, on the round's admitted tasks": lambda v, drift: v.after.smoothed_logit,
     "this round's validation + the variant's own change in training":
-        lambda v, drift: logit(v.validation) + logit(v.after) - logit(v.before),
-    "mean of the first two": lambda v, drift: (logit(v.validation) + drift + logit(v.after)) / 2,
+        lambda v, drift: v.validation.smoothed_logit + v.after.smoothed_logit - v.before.smoothed_logit,
+    "mean of the first two": lambda v, drift: (v.validation.smoothed_logit + drift + v.after.smoothed_logit) / 2,
 }
 
 
@@ -153,7 +146,7 @@ def predictor_errors(runs: Iterable[tuple[list[VariantRound], dict[str, float]]]
                 if nxt is None or min(c.rollouts for c in figures) < min_rollouts:
                     continue
                 for name, predict in PREDICTORS.items():
-                    errors[name].append(abs(predict(v, drift[this]) - logit(nxt.validation)))
+                    errors[name].append(abs(predict(v, drift[this]) - nxt.validation.smoothed_logit))
     return errors
 
 

@@ -111,6 +111,11 @@ class CellEvidence:
         return (self.passes + 0.5) / (self.rollouts + 1)
 
     @property
+    def smoothed_logit(self) -> float:
+        """smoothed_pass_rate in logits: what drift is measured in."""
+        return _logit(self.smoothed_pass_rate)
+
+    @property
     def admission_rate(self) -> float:
         """Posterior mean under a uniform prior: 0.5 with no evidence."""
         return (self.admitted + 1) / (self.candidates + 2)
@@ -192,7 +197,7 @@ def estimate_drift(rounds: Sequence[Mapping[tuple[str, int], CellEvidence]], min
         old = before.get(key)
         if old is None or min(old.rollouts, cell.rollouts) < min_rollouts:
             continue
-        changes.append(_logit(cell.smoothed_pass_rate) - _logit(old.smoothed_pass_rate))
+        changes.append(cell.smoothed_logit - old.smoothed_logit)
         weights.append(min(old.rollouts, cell.rollouts))
     if not changes:
         return 0.0

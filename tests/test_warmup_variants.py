@@ -7,8 +7,7 @@ import math
 
 import pytest
 
-from benchmarks.warmup_variants import best_mix_admission, ceilings, logit, predictor_errors, read_run, report
-from clawloop_assets.curriculum import CellEvidence
+from benchmarks.warmup_variants import best_mix_admission, ceilings, predictor_errors, read_run, report
 from resources.warehouse import DuckDBWarehouse, table_frame
 
 
@@ -74,7 +73,7 @@ def test_a_runs_variants_are_read_by_round_with_the_held_out_drift(tmp_path):
     assert (first.validation.passes, first.validation.rollouts) == (4, 32)
     assert (first.before.passes, first.after.passes, first.after.rollouts) == (4, 12, 16)
     assert (second.validation.passes, second.validation.rollouts) == (22, 32)
-    expected_drift = logit(CellEvidence(16, 32)) - logit(CellEvidence(8, 32))
+    expected_drift = math.log(16.5 / 16.5) - math.log(8.5 / 24.5)  # smoothed by half a pass
     assert drift == pytest.approx({"round-0001": expected_drift})
     # One pair (round 1 -> 2) to predict; e.g. the first predictor's error:
     errors = predictor_errors([(variants, drift)])
