@@ -20,6 +20,8 @@ from dagster._core.errors import (
 )
 from pydantic import Field
 
+from resources.pipes_messages import WholeLineFileMessageReader
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TRAINING_JOBS = ("sft", "grpo")
 STDERR_TAIL_CHARS = 4000
@@ -97,7 +99,9 @@ class SubprocessTrainingLauncher(TrainingLauncher):
             # only forwards stdio, and its unforwarded mode never drains the pipes).
             # `exec` keeps the job as the direct child, so termination reaches it.
             command = ["/bin/sh", "-c", 'exec "$@" 2>"$0"', str(stderr_log), sys.executable, "-m", module]
-            client = dg.PipesSubprocessClient(cwd=str(REPO_ROOT), env=env)
+            client = dg.PipesSubprocessClient(
+                cwd=str(REPO_ROOT), env=env, message_reader=WholeLineFileMessageReader(str(Path(tmp) / "messages.jsonl"))
+            )
             try:
                 invocation = client.run(context=context, command=command, extras={**config, "torch_threads": threads})
             except DagsterPipesExecutionError as exc:
@@ -227,7 +231,7 @@ class DockerTrainingLauncher(TrainingLauncher):
             Path(config[OUTPUT_PATH_FIELD]).parent.mkdir(parents=True, exist_ok=True)  # the mount's source
             client = PipesDockerClient(
                 context_injector=dg.PipesFileContextInjector(os.path.join(pipes_dir, "context.json")),
-                message_reader=dg.PipesFileMessageReader(os.path.join(pipes_dir, "messages.jsonl")),
+                message_reader=WholeLineFileMessageReader(os.path.join(pipes_dir, "messages.jsonl")),
             )
             try:
                 try:
