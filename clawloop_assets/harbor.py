@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from clawloop_assets.paths import staged_directory
 from clawloop_assets.task_bundle import TaskBundle, TaskBundleError, load_task_bundle, write_task_toml
 from resources.sandbox import Mount, Sandbox, SandboxError, SandboxLimits, special_files
 
@@ -182,18 +183,10 @@ def import_harbor_task(src_dir: Path, dest_root: Path, sandbox: Sandbox | None =
             reasons.append(f"{stale}: the bundle of an earlier import was removed")
         return ImportResult(task_id, src, False, None, tuple(reasons))
 
-    dest_root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{task_id}.tmp-", dir=dest_root))
-    try:
+    final = dest_root / task_id
+    with staged_directory(final, replace=True) as staging:
         notes = _write_bundle(staging, src, task_id, instruction, config, env, solve)
         load_task_bundle(staging)  # what the harness will do with it
-        final = dest_root / task_id
-        if final.exists():
-            shutil.rmtree(final)
-        staging.rename(final)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return ImportResult(task_id, src, True, final, tuple(notes))
 
 
@@ -897,15 +890,9 @@ def export_round(warehouse, round_key: str, out_dir: Path) -> list[Path]:
         raise ValueError(f"{round_key} admitted no task: there is nothing to export")
     tasks = require_rows(warehouse, "tasks", round_key, "candidate_tasks")
     rows = admitted.select("task_id").join(tasks.select("task_id", "bundle_path"), on="task_id").sort("task_id")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
+    with staged_directory(out_dir) as staging:
         for row in rows.iter_rows(named=True):
-            export_harbor_task(load_task_bundle(Path(row["bundle_path"])), tmp)
-        tmp.rename(out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+            export_harbor_task(load_task_bundle(Path(row["bundle_path"])), staging)
     return sorted(p for p in out_dir.iterdir() if p.is_dir())
 
 

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 DEFAULT_HOME = Path.home() / ".clawloop"
@@ -36,3 +40,23 @@ def dagster_home() -> Path:
 
 def evaluation_imports_dir() -> Path:
     return clawloop_home() / "evaluation" / "imported"
+
+
+@contextmanager
+def staged_directory(final: Path, replace: bool = False) -> Iterator[Path]:
+    """A new directory beside `final` to write into, renamed to `final` when
+    the block ends and removed if it raises: a reader finds all of it or none.
+    `final` must not exist unless `replace`, which removes it just before."""
+    final = Path(final)
+    if final.exists() and not replace:
+        raise FileExistsError(f"{final} already exists; write to a new directory")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    try:
+        yield staging
+        if final.exists():
+            shutil.rmtree(final)
+        staging.rename(final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise

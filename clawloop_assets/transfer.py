@@ -16,7 +16,6 @@ import json
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable
@@ -26,6 +25,7 @@ import polars as pl
 from clawloop_assets.agent_loop import rollout_row, run_rollouts
 from clawloop_assets.checkpoints import checkpoint_id, verify_checkpoint
 from clawloop_assets.loop_config import LoopConfig
+from clawloop_assets.paths import staged_directory
 from clawloop_assets.round_state import require_rows
 from clawloop_assets.task_bundle import TaskBundle, load_task_bundle
 from clawloop_assets.training_data import TRAINING_COLUMNS, write_jsonl
@@ -57,21 +57,15 @@ def export_pool(warehouse: Warehouse, round_key: str, out_dir: Path) -> Path:
     rows = admissions.join(splits, on="task_id").join(tasks, on="task_id", suffix="_task").sort("task_id")
     validation = warehouse.read("rollouts", {"round": round_key, "phase": "validation"})
     producers = sorted(set(validation["checkpoint_id"].to_list())) if validation.height else []
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
+    with staged_directory(out_dir) as staging:
         entries = []
         for row in rows.iter_rows(named=True):
-            shutil.copytree(row["bundle_path"], tmp / "tasks" / row["task_id"], symlinks=True)
+            shutil.copytree(row["bundle_path"], staging / "tasks" / row["task_id"], symlinks=True)
             entries.append({key: row[key] for key in ("task_id", "split", "capability_id", "domain_id", "difficulty",
                                                       "track", "pass_count", "scored_rollouts")})
         manifest = {"format": POOL_FORMAT, "round": round_key, "validated_by_checkpoint_ids": producers,
                     "created_at": time.time(), "tasks": entries}
-        (tmp / POOL_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-        tmp.rename(out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        (staging / POOL_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return out_dir
 
 
