@@ -34,8 +34,8 @@ def decisions(rollouts, band: AdmissionBand = AdmissionBand()) -> dict[str, str]
 def measure(tasks_per_capability: int = 4, seed: int = 11) -> dict[str, float | bool]:
     from resources.embedded_policy import EmbeddedPolicyModel
 
-    # The loop's own agent settings (one turn, its sampling temperature), as validation runs them.
-    sandbox, band, settings = BubblewrapSandbox(), AdmissionBand(), LoopConfig().agent_settings()
+    # The loop's own agent settings (one turn, round 1's temperature), as round 1's validation runs the base model.
+    sandbox, band, settings = BubblewrapSandbox(), AdmissionBand(), LoopConfig().agent_settings("round-0001")
     policy = EmbeddedPolicyModel()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

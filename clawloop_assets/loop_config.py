@@ -13,6 +13,7 @@ from clawloop_assets.agent_loop import AgentSettings
 from clawloop_assets.catalogs import round_capabilities
 from clawloop_assets.curriculum import Controller
 from clawloop_assets.evaluation import EvaluationSetSpec
+from clawloop_assets.partitions import round_number
 from training_jobs.configs import recipe_config
 
 
@@ -34,13 +35,19 @@ class LoopConfig(dg.ConfigurableResource):
     # the bundles' own limits support many turns for a capable model.
     max_turns: int = 1
     max_new_tokens: int = 48
-    # The rollouts' sampling temperature. Measured (README, "Sampling
-    # temperature"; benchmarks/sampling_temperature.py): on the same round-2
-    # candidates and policy, admission 58% at 0.7 and 80% at 0.9, but over
-    # three rounds 0.9 made the policy master some operations of a level while
-    # never learning others, and round 3 fell to 56% and 45% (two runs),
-    # against 78% at 0.7. The default stays 0.7.
+    # The sampling temperature of the fixed evaluation set (one temperature for
+    # every round, so that its figure compares across rounds), of transfer
+    # runs, and of the model's writing (generator programs, domain graphs).
     temperature: float = 0.7
+    # A round's rollouts (validation, held-out, the T_k reruns: the samples
+    # training learns from) sample at entry k of this list, the last one
+    # repeating. Training sharpens the policy, and a policy that passes a task
+    # almost always or almost never gives its group of 8 no signal; a higher
+    # temperature spreads it again. On the same round-2 candidates and policy,
+    # 0.85 admitted 17 and 19 points more than 0.7 (two runs; README,
+    # "Sampling temperature"); 0.9 from round 1 on taught some operations and
+    # starved others.
+    round_temperatures: list[float] = [0.7, 0.85, 0.9]
     training_mode: Literal["sft_then_grpo", "grpo_only", "sft_only"] = "sft_then_grpo"
     # "model": the round's input policy writes each generator program (for a
     # capable model behind the OpenAI-compatible backend); the embedded 135M
@@ -96,6 +103,9 @@ class LoopConfig(dg.ConfigurableResource):
             raise ValueError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
         if self.max_turns < 1 or self.heldout_samples < 1 or self.candidates_per_round < 1:
             raise ValueError("max_turns, heldout_samples and candidates_per_round must be at least 1")
+        if not self.round_temperatures or not all(0 < t <= 2 for t in self.round_temperatures):
+            raise ValueError(f"round_temperatures must be a non-empty list of temperatures in (0, 2], "
+                             f"got {self.round_temperatures}")
         if self.evaluation_samples < 1:
             raise ValueError(f"evaluation_samples must be at least 1, got {self.evaluation_samples}")
         self.evaluation_set()  # raises naming the bad capability, level or seed count
@@ -113,8 +123,14 @@ class LoopConfig(dg.ConfigurableResource):
             min_scored=max(1, (3 * self.rollouts_per_task + 3) // 4),
         )
 
-    def agent_settings(self) -> AgentSettings:
-        return AgentSettings(max_turns=self.max_turns, max_new_tokens=self.max_new_tokens, temperature=self.temperature)
+    def agent_settings(self, round_key: str | None = None) -> AgentSettings:
+        """How the agent samples: at `round_key`'s rollout temperature, or
+        without one at the fixed `temperature`."""
+        temperature = self.temperature if round_key is None else self.round_temperature(round_key)
+        return AgentSettings(max_turns=self.max_turns, max_new_tokens=self.max_new_tokens, temperature=temperature)
+
+    def round_temperature(self, round_key: str) -> float:
+        return self.round_temperatures[min(round_number(round_key), len(self.round_temperatures)) - 1]
 
     def controller(self) -> Controller:
         return Controller(

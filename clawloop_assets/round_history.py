@@ -30,6 +30,8 @@ class RoundFigures(NamedTuple):
     evaluation_pass_at_1: float | None = None
     evaluation_ci_low: float | None = None
     evaluation_ci_high: float | None = None
+    # What the round's rollouts sampled at (LoopConfig.round_temperatures).
+    rollout_temperature: float | None = None
 
 
 FIGURES = RoundFigures._fields[1:]
@@ -38,10 +40,13 @@ FIGURES = RoundFigures._fields[1:]
 def validation_effort(rollouts: pl.DataFrame, admitted: int) -> dict[str, float | None]:
     """What admission cost this round: the mean turns of the scored validation
     rollouts, and the validation rollouts spent (whatever their status: an
-    infrastructure failure is spent too) per admitted task."""
+    infrastructure failure is spent too) per admitted task; and the
+    temperature they sampled at."""
     validation = rollouts.filter(pl.col("phase") == "validation")
     scored = validation.filter(pl.col("status") == "scored")
+    temperatures = validation["temperature"].unique().sort().to_list()
     return {
+        "rollout_temperature": temperatures[0] if len(temperatures) == 1 else None,
         "mean_turns": round(float(scored["turns"].mean()), 4) if scored.height else None,
         "rollouts_per_admitted_task": round(validation.height / admitted, 4) if admitted else None,
     }
@@ -61,7 +66,7 @@ def round_history(warehouse: Warehouse, up_to: str) -> list[RoundFigures]:
 
 def history_table(history: Sequence[RoundFigures]) -> dg.MetadataValue:
     headers = ["round", "admission rate", "mean turns", "rollouts / admitted", "held-out before", "held-out after",
-               "evaluation pass@1 [95% CI]"]
+               "evaluation pass@1 [95% CI]", "rollout temperature"]
     rows = []
     for row in history:
         cells = ["–" if v is None else v for v in row[:6]]
@@ -69,6 +74,7 @@ def history_table(history: Sequence[RoundFigures]) -> dg.MetadataValue:
             cells.append("–")
         else:
             cells.append(f"{row.evaluation_pass_at_1} [{row.evaluation_ci_low}, {row.evaluation_ci_high}]")
+        cells.append("–" if row.rollout_temperature is None else row.rollout_temperature)
         rows.append(cells)
     return markdown_table(headers, rows)
 

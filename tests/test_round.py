@@ -120,6 +120,11 @@ def test_two_rounds_end_to_end(clawloop_home):
         assert summary["train_pass_rate_before"] is not None and summary["train_pass_rate_after"] is not None
     warehouse = DuckDBWarehouse()
     rollouts = warehouse.read("rollouts", {"round": "round-0001"})
+    # Every rollout of the round samples at its temperature but the fixed evaluation set's, at the fixed one.
+    evaluation = rollouts["phase"] == "evaluation"
+    assert set(rollouts.filter(~evaluation)["temperature"]) == {SMALL_ROUND.round_temperature("round-0001")}
+    assert set(rollouts.filter(evaluation)["temperature"]) <= {SMALL_ROUND.temperature}
+    assert summary["rollout_temperature"] == SMALL_ROUND.round_temperature("round-0001")
     for phase in ("train_before", "train_after"):
         assert (rollouts["phase"] == phase).sum() == 4 * train_tasks, phase
     # Token-in/token-out: every trajectory keeps aligned ids, mask and log-probs.
@@ -140,7 +145,7 @@ def test_two_rounds_end_to_end(clawloop_home):
     # the loop's temperature and the validation seed, the same admissions.
     bundles, ref = sampling_temperature.round_inputs(clawloop_home, 1, EmbeddedPolicyModel())
     assert ref.upstream_round is None and len(bundles) == summary["agent_free_passed"]
-    [rerun] = sampling_temperature.measure(clawloop_home, 1, [SMALL_ROUND.temperature],
+    [rerun] = sampling_temperature.measure(clawloop_home, 1, [SMALL_ROUND.round_temperature("round-0001")],
                                            round_seed("round-0001", "validation", SMALL_ROUND), SMALL_ROUND)
     assert (rerun["tasks"], rerun["admitted"]) == (len(bundles), summary["admitted"])
 
@@ -158,6 +163,7 @@ def test_two_rounds_end_to_end(clawloop_home):
     assert second.success, [e.message for e in second.all_events if e.is_failure]
     validation = warehouse.read("rollouts", {"round": "round-0002", "phase": "validation"})
     assert set(validation["checkpoint_id"]) == {summary["policy_checkpoint_id"]}
+    assert set(validation["temperature"]) == {SMALL_ROUND.round_temperature("round-0002")} != {SMALL_ROUND.temperature}
     plan = warehouse.read("synthesis_plans", {"round": "round-0002"})
     assert set(plan["source_round"]) == {"round-0001"}
     first_plan = warehouse.read("synthesis_plans", {"round": "round-0001"})

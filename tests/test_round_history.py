@@ -17,7 +17,8 @@ SUMMARIES = {
     "round-0001": {"admission_rate": 0.25, "heldout_pass_rate_before": 0.1, "heldout_pass_rate_after": 0.2},
     "round-0002": {"admission_rate": 0.5, "mean_turns": 2.5, "rollouts_per_admitted_task": 16.0,
                    "heldout_pass_rate_before": 0.2, "heldout_pass_rate_after": 0.35,
-                   "evaluation_pass_at_1": 0.15, "evaluation_ci_low": 0.04, "evaluation_ci_high": 0.42},
+                   "evaluation_pass_at_1": 0.15, "evaluation_ci_low": 0.04, "evaluation_ci_high": 0.42,
+                   "rollout_temperature": 0.85},
     "round-0003": {"admission_rate": 0.125, "mean_turns": 3.0, "rollouts_per_admitted_task": 64.0,
                    "heldout_pass_rate_before": None, "heldout_pass_rate_after": None,
                    "evaluation_pass_at_1": 0.0, "evaluation_ci_low": 0.0, "evaluation_ci_high": 0.2425},
@@ -39,7 +40,7 @@ def warehouse(tmp_path):
 def test_history_is_every_round_up_to_the_current_one_in_order(warehouse):
     assert round_history(warehouse, "round-0003") == [
         RoundFigures("round-0001", 0.25, None, None, 0.1, 0.2),
-        RoundFigures("round-0002", 0.5, 2.5, 16.0, 0.2, 0.35, 0.15, 0.04, 0.42),
+        RoundFigures("round-0002", 0.5, 2.5, 16.0, 0.2, 0.35, 0.15, 0.04, 0.42, 0.85),
         RoundFigures("round-0003", 0.125, 3.0, 64.0, None, None, 0.0, 0.0, 0.2425),
     ]
     assert [row.round for row in round_history(warehouse, "round-0001")] == ["round-0001"]
@@ -50,9 +51,9 @@ def test_history_table_has_a_row_per_round(warehouse):
     lines = table.splitlines()
     assert lines[0].startswith("| round | admission rate |")
     assert lines[2:] == [
-        "| round-0001 | 0.25 | – | – | 0.1 | 0.2 | – |",
-        "| round-0002 | 0.5 | 2.5 | 16.0 | 0.2 | 0.35 | 0.15 [0.04, 0.42] |",
-        "| round-0003 | 0.125 | 3.0 | 64.0 | – | – | 0.0 [0.0, 0.2425] |",
+        "| round-0001 | 0.25 | – | – | 0.1 | 0.2 | – | – |",
+        "| round-0002 | 0.5 | 2.5 | 16.0 | 0.2 | 0.35 | 0.15 [0.04, 0.42] | 0.85 |",
+        "| round-0003 | 0.125 | 3.0 | 64.0 | – | – | 0.0 [0.0, 0.2425] | – |",
     ]
 
 
@@ -76,9 +77,12 @@ def test_a_single_round_with_no_figures_still_plots(tmp_path):
     assert path.read_bytes().startswith(b"\x89PNG")
 
 
-def rollouts(*rows):
+def rollouts(*rows, temperature=0.85):
+    # The validation rollouts sample at the round's temperature; the held-out and T_k ones here at another, which
+    # the round's figure must not take.
     return table_frame("rollouts", [{"round": "round-0001", "rollout_id": f"r{i}", "phase": phase, "status": status,
-                                     "turns": turns} for i, (phase, status, turns) in enumerate(rows)])
+                                     "turns": turns, "temperature": temperature if phase == "validation" else 0.5}
+                                    for i, (phase, status, turns) in enumerate(rows)])
 
 
 def test_validation_effort_counts_validation_rollouts_only():
@@ -88,8 +92,11 @@ def test_validation_effort_counts_validation_rollouts_only():
         ("heldout_after", "scored", 8), ("train_before", "scored", 8),
     )
     assert validation_effort(frame, admitted=3) == {"mean_turns": pytest.approx(10 / 3, abs=1e-4),
-                                                    "rollouts_per_admitted_task": pytest.approx(4 / 3, abs=1e-4)}
+                                                    "rollouts_per_admitted_task": pytest.approx(4 / 3, abs=1e-4),
+                                                    "rollout_temperature": 0.85}
     assert validation_effort(frame, admitted=0) == {"mean_turns": pytest.approx(10 / 3, abs=1e-4),
-                                                    "rollouts_per_admitted_task": None}
-    nothing_scored = rollouts(("validation", "policy_error", 0), ("heldout_before", "scored", 4))
-    assert validation_effort(nothing_scored, admitted=1) == {"mean_turns": None, "rollouts_per_admitted_task": 1.0}
+                                                    "rollouts_per_admitted_task": None, "rollout_temperature": 0.85}
+    nothing_scored = rollouts(("validation", "policy_error", 0), ("heldout_before", "scored", 4), temperature=0.7)
+    assert validation_effort(nothing_scored, admitted=1) == {"mean_turns": None, "rollouts_per_admitted_task": 1.0,
+                                                             "rollout_temperature": 0.7}
+    assert validation_effort(rollouts(("heldout_before", "scored", 4)), admitted=0)["rollout_temperature"] is None

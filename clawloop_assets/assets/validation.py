@@ -70,7 +70,7 @@ def collect_rollouts(context, warehouse, sandbox, policy: PolicyModel, ref: Poli
     change what they decide), the samples run in waves (`sequential_waves`)."""
     key = context.partition_key
     bundles = load_bundles(warehouse, key, task_ids)
-    settings = loop.agent_settings()
+    settings = loop.agent_settings(key)
     with measure(phase) as cost:
         session = policy.load(ref.path)
         try:
