@@ -18,6 +18,17 @@ budget taught nothing. The controller here:
 - splits the candidates to reach a target admission rate with the most even
   pool that reaches it, and never gives a capability less than `min_share` of
   them, so it cannot buy its admission rate by collapsing the pool;
+- at a warm-up level, holds back an operation (copy a file, count
+  characters, ...) whose pass rate, pooled over capabilities, is clearly
+  below the band by the same test: it keeps `min_operation_share` of the
+  level's candidates, so it stays measured and trained on, and the others
+  share the rest evenly. It never favours an operation: one admitted most
+  this round is the one that grows too easy by the next (measured, the
+  admission-weighted mix of ec6f337 fell to 45% in round 3). There is no
+  level below the lowest for such an operation to move to, and training may
+  not lift it for rounds (copying, behind the policy's `sudo` habit: 2-5% of
+  round 2's samples passed in two runs of three, 3 to 5 of its 18 tasks
+  admitted);
 - tilts weight toward capabilities the diagnosis found weak, and turns the
   knobs of their generators that target the root causes it found.
 """
@@ -27,6 +38,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
+
+from clawloop_assets.generators.generator_common import WARMUP_OPERATIONS
 
 # Every generator family implements levels MIN_LEVEL to MAX_LEVEL (the scale
 # in generators/generator_common.py): its own levels 0 to 5, below them the
@@ -45,6 +58,8 @@ class PlanEntry:
     candidates: int
     reason: str
     knobs: tuple[str, ...] = ()
+    # At a warm-up level: the share of each of its operations (warmup_operation_mix); None draws them evenly.
+    operation_weights: Mapping[str, float] | None = None
 
 
 # Generator knobs (applied by generators/generator_common.py: knob_text) that
@@ -148,6 +163,8 @@ class Controller:
     recency: float = 0.5
     # Weight given to diagnosed weakness: w *= 1 + weakness_tilt * failure_share.
     weakness_tilt: float = 1.0
+    # A warm-up operation held back (clearly below the band) keeps this share of its level's candidates.
+    min_operation_share: float = 0.1
     evenness_steps: int = field(default=20)
 
     def __post_init__(self) -> None:
@@ -156,6 +173,8 @@ class Controller:
             raise ValueError(f"band must satisfy 0 < low <= high < 1, got {self.band}")
         if not 0 <= self.min_share <= 1:
             raise ValueError(f"min_share must be in [0, 1], got {self.min_share}")
+        if not 0 < self.min_operation_share <= 1:
+            raise ValueError(f"min_operation_share must be in (0, 1], got {self.min_operation_share}")
 
 
 def first_plan(capabilities: Sequence[str], candidates_per_round: int) -> list[PlanEntry]:
@@ -215,7 +234,7 @@ def decide_level(current: int, evidence: Mapping[int, CellEvidence], controller:
     if here.rollouts < controller.min_rollouts or rate is None:
         return LevelDecision({current: 1.0}, here.admission_rate,
                              f"level {current} kept: {here.rollouts:.0f} rollouts so far, too few to move")
-    lo, hi = (_sigmoid(_logit(x) + drift) for x in wilson_interval(here.passes, here.rollouts, controller.z))
+    lo, hi = _shifted_interval(here, controller, drift)
     rate = _sigmoid(_logit(rate) + drift)
     described = f"pass rate {rate:.0%} (95% CI {lo:.0%}-{hi:.0%}{f', {drift:+.2f} logits of drift' if drift else ''})"
     for neighbour in (current + 1, current - 1):
@@ -228,12 +247,7 @@ def decide_level(current: int, evidence: Mapping[int, CellEvidence], controller:
             return LevelDecision({neighbour: 1.0}, other.admission_rate,
                                  f"level {current} -> {neighbour}: admission {other.admission_rate:.0%} there is clearly "
                                  f"above {here.admission_rate:.0%} here")
-    # The admission rate peaks when the pass rate sits in the middle of the
-    # band and falls off toward its edges (tasks differ, so a mean pass rate
-    # near an edge puts many of them outside): keep the pass rate in the inner
-    # half of the band, [inner_low, inner_high].
-    centre = (low + high) / 2
-    inner_low, inner_high = (low + centre) / 2, (centre + high) / 2
+    inner_low, inner_high = _inner_band(controller)
     if current < MAX_LEVEL and lo > inner_high:
         return _move(current, current + 1, evidence, here,
                      f"{described} is clearly above {'the band' if lo > high else f'{inner_high:.0%}, the inner band'}")
@@ -241,6 +255,48 @@ def decide_level(current: int, evidence: Mapping[int, CellEvidence], controller:
         return _move(current, current - 1, evidence, here,
                      f"{described} is clearly below {'the band' if hi < low else f'{inner_low:.0%}, the inner band'}")
     return LevelDecision({current: 1.0}, here.admission_rate, f"level {current} kept: {described}")
+
+
+def _inner_band(controller: Controller) -> tuple[float, float]:
+    """The admission rate peaks when the pass rate sits in the middle of the
+    band and falls off toward its edges (tasks differ, so a mean pass rate
+    near an edge puts many of them outside): the controller keeps the pass
+    rate in the inner half of the band."""
+    low, high = controller.band
+    centre = (low + high) / 2
+    return (low + centre) / 2, (centre + high) / 2
+
+
+def _shifted_interval(cell: CellEvidence, controller: Controller, drift: float) -> tuple[float, float]:
+    """The 95% Wilson interval of a cell's pass rate, shifted by `drift` logits."""
+    return tuple(_sigmoid(_logit(x) + drift) for x in wilson_interval(cell.passes, cell.rollouts, controller.z))
+
+
+def warmup_operation_mix(level: int, evidence: Mapping[str, CellEvidence], controller: Controller,
+                         drift: float = 0.0) -> tuple[dict[str, float] | None, str]:
+    """(share per operation, why) at warm-up `level` next round, from each
+    operation's evidence there (pooled over capabilities): an operation whose
+    drift-shifted pass rate is clearly below the inner band keeps
+    `min_operation_share`, the others share the rest evenly. (None, "") when
+    none is held back, or when all are (then nothing says which to prefer)."""
+    operations = WARMUP_OPERATIONS[level]
+    inner_low, _ = _inner_band(controller)
+    held = {}
+    for operation in operations:
+        cell = evidence.get(operation)
+        if cell is None or cell.rollouts < controller.min_rollouts:
+            continue
+        _, hi = _shifted_interval(cell, controller, drift)
+        if hi < inner_low:
+            held[operation] = f"{operation} held back at {controller.min_operation_share:.0%} (pass rate " \
+                              f"{cell.pass_rate:.0%}, 95% CI up to {hi:.0%}{' with drift' if drift else ''}, " \
+                              f"clearly below {inner_low:.0%})"
+    if not held or len(held) == len(operations):
+        return None, ""
+    floor = min(controller.min_operation_share, 1 / len(operations))
+    rest = (1 - floor * len(held)) / (len(operations) - len(held))
+    mix = {operation: floor if operation in held else rest for operation in operations}
+    return mix, f"level {level} operations: " + "; ".join(held.values())
 
 
 def _move(current: int, target: int, evidence: Mapping[int, CellEvidence], here: CellEvidence, why: str) -> LevelDecision:
@@ -264,11 +320,16 @@ def next_plan(
     controller: Controller = Controller(),
     drift: float = 0.0,
     failure_causes: Mapping[str, Mapping[str, int]] | None = None,
+    operation_evidence: Mapping[tuple[int, str], CellEvidence] | None = None,
 ) -> list[PlanEntry]:
     """Round k+1's plan from the evidence of rounds 1..k (`drift`: see
-    estimate_drift) and round k's diagnosis (`failure_share` per capability,
-    `failure_causes`: root-cause counts per capability)."""
+    estimate_drift; `operation_evidence`: per (warm-up level, operation),
+    pooled over capabilities) and round k's diagnosis (`failure_share` per
+    capability, `failure_causes`: root-cause counts per capability)."""
     knobs = generator_knobs(failure_causes or {})
+    mixes = {level: warmup_operation_mix(
+        level, {op: cell for (lv, op), cell in (operation_evidence or {}).items() if lv == level}, controller, drift)
+        for level in WARMUP_OPERATIONS}
     decisions = {}
     for capability in capabilities:
         by_level = {level: cell for (c, level), cell in evidence.items() if c == capability}
@@ -288,12 +349,14 @@ def next_plan(
             # the embedded model's pass rate on warm-up tasks from 35% to 6%.
             knobbed = chosen if level >= FIRST_KNOB_LEVEL else ()
             note = why if knobbed else (f"no knobs below level {FIRST_KNOB_LEVEL} ({why})" if why else "")
+            mix, mix_why = mixes.get(level, (None, ""))
             plan.append(PlanEntry(
                 capability, level, weights[capability] * decision.levels[level], split[level],
                 f"{decision.reason}; expected admission {decision.expected_admission:.0%}; "
                 f"{failure_share.get(capability, 0.0):.0%} of diagnosed failures; pool evenness {evenness:.2f}"
-                + (f"; {note}" if note else ""),
+                + (f"; {note}" if note else "") + (f"; {mix_why}" if mix_why else ""),
                 knobbed,
+                mix,
             ))
     return plan
 

@@ -95,6 +95,8 @@ class SynthesisPlans(_RoundTable):
     source_round: Optional[str] = pa.Field(nullable=True)
     reason: str
     knobs: Annotated[pl.List, pl.Utf8()]  # generator knobs (curriculum.KNOB_FOR_ROOT_CAUSE)
+    # At a warm-up level, the share of each operation as JSON (curriculum.warmup_operation_mix); null for an even draw.
+    operation_weights: Optional[str] = pa.Field(nullable=True)
 
 
 class Generators(_RoundTable):

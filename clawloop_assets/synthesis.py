@@ -16,7 +16,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from clawloop_assets.catalogs import GENERATORS_DIR, Capability, Domain
 from clawloop_assets.executable_domains import ExecutableDomain
@@ -68,12 +68,13 @@ class CandidateBuild:
         return self.bundle_dir is not None
 
 
-def generator_spec(capability: Capability, domain: Domain, difficulty: int, knobs: Sequence[str] = ()) -> GeneratorSpec:
+def generator_spec(capability: Capability, domain: Domain, difficulty: int, knobs: Sequence[str] = (),
+                   operation_weights: Mapping[str, float] | None = None) -> GeneratorSpec:
     """The spec of one capability family instantiated in one domain at one
-    level, with the plan's generator knobs (none by default)."""
+    level, with the plan's generator knobs (none by default) and, at a
+    warm-up level, its shares of the level's operations (an even draw by default)."""
     params = {"capability": capability.id, "track": capability.track, "difficulty": difficulty, "domain": domain.as_params()}
-    if knobs:
-        params["knobs"] = sorted(knobs)
+    _plan_params(params, knobs, operation_weights)
     return GeneratorSpec(
         generator_id=f"{capability.id}.{domain.id}.L{difficulty}",
         capability=capability.id,
@@ -84,8 +85,16 @@ def generator_spec(capability: Capability, domain: Domain, difficulty: int, knob
     )
 
 
+def _plan_params(params: dict[str, Any], knobs: Sequence[str], operation_weights: Mapping[str, float] | None) -> None:
+    """What the plan adds to a generator's params: its knobs and operation shares."""
+    if knobs:
+        params["knobs"] = sorted(knobs)
+    if operation_weights:
+        params["operation_weights"] = dict(sorted(operation_weights.items()))
+
+
 def domain_generator_spec(capability: Capability, domain: ExecutableDomain, difficulty: int,
-                          knobs: Sequence[str] = ()) -> GeneratorSpec:
+                          knobs: Sequence[str] = (), operation_weights: Mapping[str, float] | None = None) -> GeneratorSpec:
     """The domain route's generator for one executable domain at one level: the
     domain_workflow family with the domain's files beside it and its tool
     graph (read by AST here, on the host) in params.json."""
@@ -100,8 +109,7 @@ def domain_generator_spec(capability: Capability, domain: ExecutableDomain, diff
                              "returns": list(t.returns), "reads": list(t.reads), "writes": list(t.writes),
                              "refuses": t.refuses} for t in graph.tools]},
     }
-    if knobs:
-        params["knobs"] = sorted(knobs)
+    _plan_params(params, knobs, operation_weights)
     files = tuple((name, str(domain.path(name))) for name in ("schema.sql", "seed.py", "tools.py"))
     files += (("tool_cli.py", str(TOOL_CLI)), ("task_graphs.py", task_graphs.__file__))
     return GeneratorSpec(f"{capability.id}.{domain.id}.L{difficulty}", capability.id, domain.id, difficulty,

@@ -16,6 +16,7 @@ from clawloop_assets.curriculum import (
     first_plan,
     generator_knobs,
     next_plan,
+    warmup_operation_mix,
     wilson_interval,
 )
 
@@ -243,3 +244,81 @@ def test_knobs_follow_the_dominant_root_causes():
     assert knobs["d"][0] == ("inline_contract", "list_tools")
     assert "b" not in knobs and "c" not in knobs
 
+
+
+# Round 1 of a measured run (seed 1) at level -2: copying a file passed 14 of
+# 216 samples, appending a word 74 of 152, counting characters 74 of 134.
+ROUND_ONE_WARMUP = {"copy_file": cell(14, 216), "append_word": cell(74, 152), "count_characters": cell(74, 134)}
+
+
+def test_a_warmup_operation_clearly_below_the_band_is_held_back_not_dropped():
+    mix, why = warmup_operation_mix(MIN_LEVEL, ROUND_ONE_WARMUP, PAPER)
+    assert mix == pytest.approx({"copy_file": 0.1, "append_word": 0.45, "count_characters": 0.45})
+    assert why.startswith(f"level {MIN_LEVEL} operations: copy_file held back at 10% (pass rate 6%")
+    assert "clearly below 25%" in why  # the inner band's lower edge, as for a level
+    # Too few rollouts to be clear, or a drift that lifts it into the inner band: even.
+    assert warmup_operation_mix(MIN_LEVEL, dict(ROUND_ONE_WARMUP, copy_file=cell(0, 8)), PAPER) == (None, "")
+    assert warmup_operation_mix(MIN_LEVEL, ROUND_ONE_WARMUP, PAPER, drift=2.0) == (None, "")
+    # All clearly below: nothing says which to prefer, so even.
+    assert warmup_operation_mix(MIN_LEVEL, {op: cell(2, 200) for op in ROUND_ONE_WARMUP}, PAPER) == (None, "")
+    # Never favoured: one far above the band does not take the others' share.
+    mix, _ = warmup_operation_mix(MIN_LEVEL, dict(ROUND_ONE_WARMUP, count_characters=cell(190, 200)), PAPER)
+    assert mix["count_characters"] == mix["append_word"] == pytest.approx(0.45)
+    # Level -1 has four operations: the held one keeps its floor, three share the rest.
+    mix, _ = warmup_operation_mix(-1, {"count_characters": cell(1, 56), "delete_file": cell(34, 52)},
+                                  Controller(min_operation_share=0.04))
+    assert mix == pytest.approx({"count_characters": 0.04, "append_word": 0.32, "delete_file": 0.32, "copy_file": 0.32})
+    with pytest.raises(ValueError, match="min_operation_share"):
+        Controller(min_operation_share=0.0)
+
+
+def test_the_plan_carries_the_operation_mix_to_warmup_entries_only():
+    evidence = {("a", MIN_LEVEL): cell(162, 502), ("b", 1): cell(3, 24)}
+    operations = {(MIN_LEVEL, op): c for op, c in ROUND_ONE_WARMUP.items()}
+    plan = next_plan(["a", "b"], {"a": MIN_LEVEL, "b": 1}, evidence, {}, 20, PAPER,
+                     operation_evidence=operations)
+    by = {(e.capability_id, e.difficulty): e for e in plan}
+    assert by[("a", MIN_LEVEL)].operation_weights == pytest.approx(
+        {"copy_file": 0.1, "append_word": 0.45, "count_characters": 0.45})
+    assert "copy_file held back at 10%" in by[("a", MIN_LEVEL)].reason
+    assert all(e.operation_weights is None for e in plan if e.difficulty >= 0)
+    # Without operation evidence (round 1's plan, or none measured) every draw is even.
+    assert all(e.operation_weights is None for e in next_plan(["a", "b"], {"a": MIN_LEVEL, "b": 1}, evidence, {}, 20, PAPER))
+
+
+def test_warmup_operation_evidence_reads_each_tasks_operation_from_its_bundle(clawloop_home, tmp_path):
+    """Pooled over capabilities per (warm-up level, operation), older rounds
+    weighing recency**age; a task above the warm-up levels or whose bundle
+    is gone is left out."""
+    import json
+
+    from clawloop_assets.assets.synthesis import warmup_operation_evidence
+    from resources.warehouse import DuckDBWarehouse, table_frame
+
+    warehouse = DuckDBWarehouse()
+    for number, rows in ((1, [("a", -2, "copy_file", 1), ("b", -2, "copy_file", 0), ("a", -1, "append_word", 6),
+                              ("c", 0, None, 3), ("a", -2, "gone", 2)]),
+                         (2, [("a", -2, "copy_file", 4)])):
+        key = f"round-{number:04d}"
+        tasks, admissions = [], []
+        for i, (capability, level, operation, passes) in enumerate(rows):
+            bundle = None
+            if operation != "gone":
+                bundle = tmp_path / key / str(i)
+                bundle.mkdir(parents=True)
+                (bundle / "meta.json").write_text(json.dumps({"operation": operation} if operation else {}))
+            task_id = f"{key}.{i}"
+            tasks.append({"round": key, "task_id": task_id, "generator_id": "g", "capability_id": capability,
+                          "domain_id": "d", "difficulty": level, "track": "analysis", "seed": i,
+                          "bundle_path": str(bundle) if bundle else None, "build_status": "built", "build_error": None,
+                          "seconds": 0.1})
+            admissions.append({"round": key, "task_id": task_id, "pass_count": passes, "scored_rollouts": 8,
+                               "excluded_rollouts": 0, "admitted": 1 <= passes <= 5, "decision": "admitted"})
+        warehouse.replace("tasks", table_frame("tasks", tasks), {"round": key})
+        warehouse.replace("admissions", table_frame("admissions", admissions), {"round": key})
+
+    evidence = warmup_operation_evidence(warehouse, "round-0003", recency=0.5)
+    assert set(evidence) == {(-2, "copy_file"), (-1, "append_word")}
+    copying = evidence[(-2, "copy_file")]  # round 2's task at 1, round 1's two at 0.5
+    assert (copying.passes, copying.rollouts, copying.admitted, copying.candidates) == (4 + 0.5, 8 + 8, 1 + 0.5, 1 + 1)
+    assert evidence[(-1, "append_word")].pass_rate == 6 / 8

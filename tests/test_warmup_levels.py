@@ -32,13 +32,13 @@ def sandbox():
     return BubblewrapSandbox()
 
 
-def build(sandbox, root: Path, capability, level: int, seed: int) -> TaskBundle:
+def build(sandbox, root: Path, capability, level: int, seed: int, operation_weights=None) -> TaskBundle:
     index = [c.id for c in CAPABILITIES].index(capability.id)
     if catalogs.route_of(capability.id) == "domain":
         domains = load_domains()
-        spec = domain_generator_spec(capability, domains[seed % len(domains)], level)
+        spec = domain_generator_spec(capability, domains[seed % len(domains)], level, (), operation_weights)
     else:
-        spec = generator_spec(capability, DOMAINS[(3 * index + seed) % len(DOMAINS)], level)
+        spec = generator_spec(capability, DOMAINS[(3 * index + seed) % len(DOMAINS)], level, (), operation_weights)
     generator = write_generator(spec, root / "generators" / spec.generator_id)
     candidate = build_candidate(sandbox, generator, spec, seed, "round-0001", root / "tasks")
     assert candidate.error is None, candidate.error
@@ -127,3 +127,18 @@ def test_an_unknown_level_names_the_whole_scale(sandbox, tmp_path):
     generator = write_generator(spec, tmp_path / "generators" / spec.generator_id)
     candidate = build_candidate(sandbox, generator, spec, 0, "round-0001", tmp_path / "tasks")
     assert candidate.error and "difficulty must be -2, -1, 0, 1, 2, 3, 4 or 5, got 9" in candidate.error
+
+
+@pytest.mark.parametrize("capability_id", ["log_analysis", "domain_workflow"])
+def test_the_plans_operation_shares_steer_the_draw(sandbox, tmp_path, capability_id):
+    """A plan's operation_weights reach the generator on both routes: an
+    operation at share 0 is never drawn, and one at share 1 always is."""
+    capability = next(c for c in CAPABILITIES if c.id == capability_id)
+    only_copying = {"append_word": 0.0, "count_characters": 0.0, "copy_file": 1.0}
+    drawn = {operation_of(build(sandbox, tmp_path / f"copy-{seed}", capability, MIN_LEVEL, seed, only_copying))
+             for seed in range(4)}
+    assert drawn == {"copy_file"}
+    no_copying = {"append_word": 0.5, "count_characters": 0.5, "copy_file": 0.0}
+    drawn = [operation_of(build(sandbox, tmp_path / f"other-{seed}", capability, MIN_LEVEL, seed, no_copying))
+             for seed in range(6)]
+    assert "copy_file" not in drawn and len(set(drawn)) == 2

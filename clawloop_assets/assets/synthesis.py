@@ -2,6 +2,7 @@
 
 import json
 import shutil
+from pathlib import Path
 
 import dagster as dg
 import polars as pl
@@ -10,6 +11,7 @@ from clawloop_assets import catalogs, curriculum
 from clawloop_assets.assets.common import WAREHOUSE_WRITER_POOL, markdown_table, record_cost
 from clawloop_assets.cost import measure
 from clawloop_assets.executable_domains import load_domains
+from clawloop_assets.generators.generator_common import WARMUP_OPERATIONS
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.model_generators import GeneratorReplyError, generator_prompt, write_model_generator
 from clawloop_assets.partitions import previous_round, round_number, round_partitions
@@ -72,12 +74,15 @@ def synthesis_plan(context: dg.AssetExecutionContext, warehouse: Warehouse, loop
     else:
         levels, evidence, failure_share, drift, failure_causes = controller_inputs(warehouse, key, loop.controller_recency)
         plan = curriculum.next_plan(capabilities, levels, evidence, failure_share, loop.candidates_per_round,
-                                    loop.controller(), drift, failure_causes)
+                                    loop.controller(), drift, failure_causes,
+                                    warmup_operation_evidence(warehouse, key, loop.controller_recency))
     rows = [
         {"round": key, "capability_id": e.capability_id, "difficulty": e.difficulty, "weight": e.weight,
-         "candidates": e.candidates, "source_round": upstream, "reason": e.reason, "knobs": list(e.knobs)}
+         "candidates": e.candidates, "source_round": upstream, "reason": e.reason, "knobs": list(e.knobs),
+         "operation_weights": json.dumps(e.operation_weights, sort_keys=True) if e.operation_weights else None}
         for e in plan
     ]
+    mixes = {e.difficulty: e.operation_weights for e in plan if e.operation_weights}
     warehouse.replace("synthesis_plans", table_frame("synthesis_plans", rows), {"round": key})
     return dg.MaterializeResult(metadata={
         "upstream_round": upstream or "none (round 1 starts from the base curriculum)",
@@ -86,6 +91,10 @@ def synthesis_plan(context: dg.AssetExecutionContext, warehouse: Warehouse, loop
         "plan": markdown_table(["capability", "level", "weight", "candidates", "knobs", "why"],
                                [(e.capability_id, e.difficulty, f"{e.weight:.2f}", e.candidates, ", ".join(e.knobs) or "-",
                                  e.reason) for e in plan]),
+        "warmup_operation_mix": markdown_table(
+            ["level", "operation", "share"],
+            [(level, op, f"{share:.0%}") for level, mix in sorted(mixes.items()) for op, share in mix.items()])
+        if mixes else "even at every warm-up level (no operation clearly below the band)",
     })
 
 
@@ -130,6 +139,30 @@ def controller_inputs(warehouse: Warehouse, round_key: str, recency: float):
     return levels, evidence, failure_share, curriculum.estimate_drift(per_round), failure_causes
 
 
+def warmup_operation_evidence(warehouse: Warehouse, round_key: str, recency: float
+                              ) -> dict[tuple[int, str], curriculum.CellEvidence]:
+    """Per (warm-up level, operation), pooled over capabilities: the
+    validation pass counts and admissions of every round before `round_key`,
+    a round j rounds back weighing recency**j. A task's operation is in its
+    bundle's meta.json; a bundle since removed is left out."""
+    evidence: dict[tuple[int, str], curriculum.CellEvidence] = {}
+    number = round_number(round_key)
+    for past in range(1, number):
+        past_key = round_key_for(past)
+        tasks = warehouse.read("tasks", {"round": past_key}).filter(pl.col("difficulty").is_in(list(WARMUP_OPERATIONS)))
+        admissions = warehouse.read("admissions", {"round": past_key})
+        for row in admissions.join(tasks.select("task_id", "difficulty", "bundle_path"), on="task_id").iter_rows(named=True):
+            meta = Path(row["bundle_path"] or "") / "meta.json"
+            if not row["bundle_path"] or not meta.is_file():
+                continue
+            operation = json.loads(meta.read_text()).get("operation")
+            if operation:
+                evidence.setdefault((row["difficulty"], operation), curriculum.CellEvidence()).add(
+                    recency ** (number - 1 - past), passes=row["pass_count"], rollouts=row["scored_rollouts"],
+                    admitted=int(row["admitted"]), candidates=1)
+    return evidence
+
+
 def candidate_assignments(warehouse: Warehouse, round_key: str) -> list[tuple[GeneratorSpec, int]]:
     """(generator, seed) for every candidate of the plan: capabilities rotate
     through the domains, offset by round so each round sees other domains first."""
@@ -141,11 +174,13 @@ def candidate_assignments(warehouse: Warehouse, round_key: str) -> list[tuple[Ge
     assignments = []
     for entry in plan.sort("capability_id").iter_rows(named=True):
         capability, knobs = capabilities[entry["capability_id"]], entry["knobs"] or ()
+        mix = json.loads(entry["operation_weights"]) if entry.get("operation_weights") else None
         for j in range(entry["candidates"]):
             if catalogs.route_of(capability.id) == "domain":
-                spec = domain_generator_spec(capability, executable[(number + j) % len(executable)], entry["difficulty"], knobs)
+                spec = domain_generator_spec(capability, executable[(number + j) % len(executable)], entry["difficulty"],
+                                             knobs, mix)
             else:
-                spec = generator_spec(capability, domains[(number * 5 + j) % len(domains)], entry["difficulty"], knobs)
+                spec = generator_spec(capability, domains[(number * 5 + j) % len(domains)], entry["difficulty"], knobs, mix)
             assignments.append((spec, number * 1000 + j))
     return assignments
 

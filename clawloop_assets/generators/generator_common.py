@@ -169,7 +169,8 @@ OPERATIONS = {"append_word": _append_word, "delete_file": _delete_file, "count_c
 def one_step_task(rng, params, workspace):
     """A warm-up task: one operation of `WARMUP_OPERATIONS[level]`, drawn from
     the seeded source (a plan entry's seeds start at 0, so `seed % n` would
-    favour the first operations), on one text file of `workspace` (the
+    favour the first operations) with the plan's `operation_weights` if it
+    gives them, on one text file of `workspace` (the
     family's level-0 files, kept as they are)."""
     level = params["difficulty"]
     # The family's own contract goes; this task's is written by assemble.
@@ -183,7 +184,14 @@ def one_step_task(rng, params, workspace):
     if not files:
         raise ValueError("the level-0 workspace has no text file of three lines or more for a warm-up task")
     name = rng.choice(files[:4])
-    operation = rng.choice(WARMUP_OPERATIONS[level])
+    operations = WARMUP_OPERATIONS[level]
+    # The plan's shares of the level's operations (curriculum.warmup_operation_mix),
+    # else an even draw (the draw round 1 and every plan without a mix make).
+    weights = params.get("operation_weights")
+    if weights:
+        operation = rng.choices(operations, [weights.get(op, 0.0) for op in operations])[0]
+    else:
+        operation = rng.choice(operations)
     others = {other: sha256(data) for other, data in workspace.items() if other != name}
     others["CONTRACT.md"] = CONTRACT_UNCHANGED  # "every other file stays": the contract too
     instruction, deliverable, rules, checks, command, fmt, labels = OPERATIONS[operation](
