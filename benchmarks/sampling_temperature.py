@@ -6,14 +6,18 @@ Not part of `make bench` (it needs a finished run); the README's "Sampling
 temperature" reports what it measured:
 
     python -m benchmarks.sampling_temperature $CLAWLOOP_HOME 2 0.7,0.85,0.9,1.0
+
+Each temperature's line is followed by one per kind of task (a warm-up
+task's operation, else its level): operations answer a temperature apart.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 
 from benchmarks.sequential_rollouts import decisions
@@ -36,10 +40,18 @@ def round_inputs(home: Path, number: int, policy: PolicyModel) -> tuple[list[Tas
     return load_bundles(warehouse, key, validated), input_policy(warehouse, policy, key)
 
 
+def task_kind(task: TaskBundle) -> str:
+    """A warm-up task's operation (from its meta.json), else its level."""
+    meta = task.root / "meta.json"
+    operation = json.loads(meta.read_text()).get("operation") if meta.is_file() else None
+    return operation or f"level {task.difficulty}"
+
+
 def measure(home: Path, number: int, temperatures: list[float], seed: int = 7,
-            loop: LoopConfig | None = None) -> list[dict[str, float]]:
+            loop: LoopConfig | None = None) -> list[dict]:
     """Per temperature: the admission rate and pass rate of round `number`'s
-    candidates, with `loop`'s band and agent settings (the defaults if None)."""
+    candidates, with `loop`'s band and agent settings (the defaults if None),
+    and the same per kind of task (`by_kind`)."""
     from resources.embedded_policy import EmbeddedPolicyModel
 
     loop, policy = loop or LoopConfig(), EmbeddedPolicyModel()
@@ -54,8 +66,18 @@ def measure(home: Path, number: int, temperatures: list[float], seed: int = 7,
                 started = time.perf_counter()
                 rollouts = run_rollouts(session, sandbox, tasks, band.rollouts_per_task, settings,
                                         Path(tmp) / str(temperature), seed)
-                decided = Counter(decisions(rollouts, band).values())
+                decided_by_task = decisions(rollouts, band)
+                decided = Counter(decided_by_task.values())
                 scored = [reward for reward in map(judged_reward, rollouts) if reward is not None]
+                kinds: dict[str, dict] = defaultdict(lambda: {"tasks": 0, "admitted": 0, "passes": 0.0, "scored": 0})
+                for task in tasks:
+                    kinds[task_kind(task)]["tasks"] += 1
+                    kinds[task_kind(task)]["admitted"] += decided_by_task[task.task_id] == "admitted"
+                for rollout in rollouts:
+                    reward = judged_reward(rollout)
+                    if reward is not None:
+                        kinds[task_kind(rollout.task)]["passes"] += reward
+                        kinds[task_kind(rollout.task)]["scored"] += 1
                 results.append({
                     "temperature": temperature,
                     "tasks": len(tasks),
@@ -65,6 +87,8 @@ def measure(home: Path, number: int, temperatures: list[float], seed: int = 7,
                     "all_failed": decided["all_failed"] / len(tasks),
                     "too_easy": decided["too_easy"] / len(tasks),
                     "seconds": time.perf_counter() - started,
+                    "by_kind": {kind: {"tasks": k["tasks"], "admitted": k["admitted"],
+                                       "pass_rate": k["passes"] / max(k["scored"], 1)} for kind, k in sorted(kinds.items())},
                 })
     finally:
         session.close()
@@ -82,6 +106,8 @@ def main() -> None:
     for row in rows:
         print(f"{row['temperature']:>11}  {row['admission_rate']:>9.1%}  {row['pass_rate']:>9.1%}  "
               f"{row['all_failed']:>12.1%}  {row['too_easy']:>8.1%}  {row['seconds']:>7.0f}")
+        for kind, k in row["by_kind"].items():
+            print(f"    {kind}: {k['admitted']} / {k['tasks']} admitted, pass rate {k['pass_rate']:.0%}")
 
 
 if __name__ == "__main__":

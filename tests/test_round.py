@@ -13,6 +13,7 @@ from clawloop_assets.assets.validation import round_seed
 from clawloop_assets.cli import why_stopped
 from clawloop_assets.definitions import defs, gate_checks, resources_for, round_assets
 from clawloop_assets.evaluation import is_evaluation_seed
+from clawloop_assets.generators.generator_common import WARMUP_OPERATIONS
 from resources.embedded_policy import EmbeddedPolicyModel
 from resources.openai_policy import OpenAICompatiblePolicyModel
 from resources.sandbox import BubblewrapSandbox, DockerSandbox
@@ -148,6 +149,10 @@ def test_two_rounds_end_to_end(clawloop_home):
     [rerun] = sampling_temperature.measure(clawloop_home, 1, [SMALL_ROUND.round_temperature("round-0001")],
                                            round_seed("round-0001", "validation", SMALL_ROUND), SMALL_ROUND)
     assert (rerun["tasks"], rerun["admitted"]) == (len(bundles), summary["admitted"])
+    # Per kind of task (every task at -2 is one of its operations), the same totals.
+    assert set(rerun["by_kind"]) <= set(WARMUP_OPERATIONS[-2])
+    assert sum(k["tasks"] for k in rerun["by_kind"].values()) == rerun["tasks"]
+    assert sum(k["admitted"] for k in rerun["by_kind"].values()) == rerun["admitted"]
 
     # Rematerializing one asset of the round replaces its rows: no duplicates.
     admissions = warehouse.read("admissions", {"round": "round-0001"})
