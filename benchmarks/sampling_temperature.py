@@ -71,8 +71,9 @@ def measure(home: Path, number: int, temperatures: list[float], seed: int = 7,
                 scored = [reward for reward in map(judged_reward, rollouts) if reward is not None]
                 kinds: dict[str, dict] = defaultdict(lambda: {"tasks": 0, "admitted": 0, "passes": 0.0, "scored": 0})
                 for task in tasks:
-                    kinds[task_kind(task)]["tasks"] += 1
-                    kinds[task_kind(task)]["admitted"] += decided_by_task[task.task_id] == "admitted"
+                    kind = kinds[task_kind(task)]
+                    kind["tasks"] += 1
+                    kind["admitted"] += decided_by_task[task.task_id] == "admitted"
                 for rollout in rollouts:
                     reward = judged_reward(rollout)
                     if reward is not None:

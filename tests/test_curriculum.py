@@ -245,7 +245,6 @@ def test_knobs_follow_the_dominant_root_causes():
     assert "b" not in knobs and "c" not in knobs
 
 
-
 # Round 1 of a measured run (seed 1) at level -2: copying a file passed 14 of
 # 216 samples, appending a word 74 of 152, counting characters 74 of 134.
 ROUND_ONE_WARMUP = {"copy_file": cell(14, 216), "append_word": cell(74, 152), "count_characters": cell(74, 134)}
