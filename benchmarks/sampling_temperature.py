@@ -14,7 +14,6 @@ task's operation, else its level): operations answer a temperature apart.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from collections import Counter, defaultdict
@@ -25,7 +24,7 @@ from clawloop_assets.agent_loop import judged_reward, run_rollouts
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.partitions import round_key
 from clawloop_assets.round_state import PolicyRef, input_policy, load_bundles, require_rows
-from clawloop_assets.task_bundle import TaskBundle
+from clawloop_assets.task_bundle import TaskBundle, warmup_operation
 from resources.policy import PolicyModel
 from resources.sandbox import BubblewrapSandbox
 from resources.warehouse import DuckDBWarehouse
@@ -41,10 +40,8 @@ def round_inputs(home: Path, number: int, policy: PolicyModel) -> tuple[list[Tas
 
 
 def task_kind(task: TaskBundle) -> str:
-    """A warm-up task's operation (from its meta.json), else its level."""
-    meta = task.root / "meta.json"
-    operation = json.loads(meta.read_text()).get("operation") if meta.is_file() else None
-    return operation or f"level {task.difficulty}"
+    """A warm-up task's operation, else its level."""
+    return warmup_operation(task.root) or f"level {task.difficulty}"
 
 
 def measure(home: Path, number: int, temperatures: list[float], seed: int = 7,
@@ -77,8 +74,9 @@ def measure(home: Path, number: int, temperatures: list[float], seed: int = 7,
                 for rollout in rollouts:
                     reward = judged_reward(rollout)
                     if reward is not None:
-                        kinds[task_kind(rollout.task)]["passes"] += reward
-                        kinds[task_kind(rollout.task)]["scored"] += 1
+                        kind = kinds[task_kind(rollout.task)]
+                        kind["passes"] += reward
+                        kind["scored"] += 1
                 results.append({
                     "temperature": temperature,
                     "tasks": len(tasks),

@@ -24,7 +24,6 @@ more in every figure a predictor uses and in the outcome).
 from __future__ import annotations
 
 import argparse
-import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Iterable, Sequence
 import polars as pl
 
 from clawloop_assets.curriculum import CellEvidence
+from clawloop_assets.task_bundle import warmup_operation
 from resources.warehouse import DuckDBWarehouse, Warehouse
 
 Variant = tuple[int, str]  # (level, operation)
@@ -65,10 +65,10 @@ def read_run(warehouse: Warehouse) -> tuple[list[VariantRound], dict[str, float]
     drift its training caused on its held-out split (logits)."""
     tasks = warehouse.read("tasks").filter(pl.col("difficulty") < 0)
     variant_of: dict[str, Variant] = {}
-    for row in tasks.filter(pl.col("bundle_path").is_not_null()).iter_rows(named=True):
-        meta = Path(row["bundle_path"]) / "meta.json"
-        if meta.is_file():  # a bundle since removed: its operation is unknown
-            variant_of[row["task_id"]] = (row["difficulty"], json.loads(meta.read_text())["operation"])
+    for row in tasks.iter_rows(named=True):
+        operation = warmup_operation(row["bundle_path"])
+        if operation:  # None: a bundle since removed, its operation unknown
+            variant_of[row["task_id"]] = (row["difficulty"], operation)
     cells: dict[tuple[str, Variant], VariantRound] = {}
 
     def cell(round_key: str, variant: Variant) -> VariantRound:

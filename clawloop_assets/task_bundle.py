@@ -174,6 +174,16 @@ def _check_tree(root: Path) -> None:
                 raise TaskBundleError(f"{path}: only regular files and directories are allowed in a task bundle")
 
 
+def warmup_operation(bundle_dir: str | Path | None) -> str | None:
+    """The operation a warm-up task's meta.json names (generator_common's
+    one_step_task writes it); None for a bundle since removed, or a task
+    that names none (every task above the warm-up levels)."""
+    meta = Path(bundle_dir) / "meta.json" if bundle_dir else None
+    if meta is None or not meta.is_file():
+        return None
+    return json.loads(meta.read_text(encoding="utf-8")).get("operation")
+
+
 def load_task_bundle(path: Path) -> TaskBundle:
     root = Path(path)
     if not root.is_dir():

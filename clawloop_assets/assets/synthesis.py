@@ -2,7 +2,6 @@
 
 import json
 import shutil
-from pathlib import Path
 
 import dagster as dg
 import polars as pl
@@ -26,6 +25,7 @@ from clawloop_assets.synthesis import (
     task_id_for,
     write_generator,
 )
+from clawloop_assets.task_bundle import warmup_operation
 from resources.policy import PolicyModel, SamplingParams
 from resources.sandbox import Sandbox
 from resources.warehouse import Warehouse, table_frame
@@ -114,12 +114,9 @@ def controller_inputs(warehouse: Warehouse, round_key: str, recency: float):
     for row in plan.sort(["candidates", "difficulty"], descending=True).iter_rows(named=True):
         levels.setdefault(row["capability_id"], row["difficulty"])
     per_round: list[dict[tuple[str, int], curriculum.CellEvidence]] = []
-    for past in range(1, round_number(round_key)):
-        past_key = round_key_for(past)
-        tasks = warehouse.read("tasks", {"round": past_key}).select("task_id", "capability_id", "difficulty")
-        admissions = warehouse.read("admissions", {"round": past_key})
+    for _, candidates in past_candidates(warehouse, round_key):
         cells: dict[tuple[str, int], curriculum.CellEvidence] = {}
-        for row in admissions.join(tasks, on="task_id").iter_rows(named=True):
+        for row in candidates.iter_rows(named=True):
             cell = cells.setdefault((row["capability_id"], row["difficulty"]), curriculum.CellEvidence())
             cell.add(1.0, passes=row["pass_count"], rollouts=row["scored_rollouts"], admitted=int(row["admitted"]),
                      candidates=1)
@@ -139,6 +136,18 @@ def controller_inputs(warehouse: Warehouse, round_key: str, recency: float):
     return levels, evidence, failure_share, curriculum.estimate_drift(per_round), failure_causes
 
 
+def past_candidates(warehouse: Warehouse, round_key: str) -> list[tuple[int, pl.DataFrame]]:
+    """Every round before `round_key`, oldest first, as (age: 1 for the last
+    round, its validated candidates: admissions joined with their tasks)."""
+    number = round_number(round_key)
+    out = []
+    for past in range(1, number):
+        past_key = round_key_for(past)
+        tasks = warehouse.read("tasks", {"round": past_key}).select("task_id", "capability_id", "difficulty", "bundle_path")
+        out.append((number - past, warehouse.read("admissions", {"round": past_key}).join(tasks, on="task_id")))
+    return out
+
+
 def warmup_operation_evidence(warehouse: Warehouse, round_key: str, recency: float
                               ) -> dict[tuple[int, str], curriculum.CellEvidence]:
     """Per (warm-up level, operation), pooled over capabilities: the
@@ -146,19 +155,13 @@ def warmup_operation_evidence(warehouse: Warehouse, round_key: str, recency: flo
     a round j rounds back weighing recency**j. A task's operation is in its
     bundle's meta.json; a bundle since removed is left out."""
     evidence: dict[tuple[int, str], curriculum.CellEvidence] = {}
-    number = round_number(round_key)
-    for past in range(1, number):
-        past_key = round_key_for(past)
-        tasks = warehouse.read("tasks", {"round": past_key}).filter(pl.col("difficulty").is_in(list(WARMUP_OPERATIONS)))
-        admissions = warehouse.read("admissions", {"round": past_key})
-        for row in admissions.join(tasks.select("task_id", "difficulty", "bundle_path"), on="task_id").iter_rows(named=True):
-            meta = Path(row["bundle_path"] or "") / "meta.json"
-            if not row["bundle_path"] or not meta.is_file():
-                continue
-            operation = json.loads(meta.read_text()).get("operation")
+    for age, candidates in past_candidates(warehouse, round_key):
+        warmup = candidates.filter(pl.col("difficulty").is_in(list(WARMUP_OPERATIONS)))
+        for row in warmup.iter_rows(named=True):
+            operation = warmup_operation(row["bundle_path"])
             if operation:
                 evidence.setdefault((row["difficulty"], operation), curriculum.CellEvidence()).add(
-                    recency ** (number - 1 - past), passes=row["pass_count"], rollouts=row["scored_rollouts"],
+                    recency ** (age - 1), passes=row["pass_count"], rollouts=row["scored_rollouts"],
                     admitted=int(row["admitted"]), candidates=1)
     return evidence
 
