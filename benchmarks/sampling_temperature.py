@@ -59,7 +59,7 @@ def measure(home: Path, number: int, temperatures: list[float], seed: int = 7,
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for temperature in temperatures:
-                settings = loop.model_copy(update={"temperature": temperature}).agent_settings()
+                settings = loop.agent_settings(temperature)
                 started = time.perf_counter()
                 rollouts = run_rollouts(session, sandbox, tasks, band.rollouts_per_task, settings,
                                         Path(tmp) / str(temperature), seed)

@@ -35,7 +35,8 @@ def measure(tasks_per_capability: int = 4, seed: int = 11) -> dict[str, float | 
     from resources.embedded_policy import EmbeddedPolicyModel
 
     # The loop's own agent settings (one turn, round 1's temperature), as round 1's validation runs the base model.
-    sandbox, band, settings = BubblewrapSandbox(), AdmissionBand(), LoopConfig().agent_settings("round-0001")
+    loop = LoopConfig()
+    sandbox, band, settings = BubblewrapSandbox(), AdmissionBand(), loop.agent_settings(loop.scheduled_temperature("round-0001"))
     policy = EmbeddedPolicyModel()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

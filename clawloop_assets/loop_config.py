@@ -40,15 +40,19 @@ class LoopConfig(dg.ConfigurableResource):
     # runs, and of the model's writing (generator programs, domain graphs).
     temperature: float = 0.7
     # A round's rollouts (validation, held-out, the T_k reruns: the samples
-    # training learns from) sample at entry k of this list, the last one
-    # repeating. Training sharpens the policy, and a policy that passes a task
-    # almost always or almost never gives its group of 8 no signal; a higher
-    # temperature spreads it again. On the same round-2 candidates and policy,
-    # 0.85 admitted 17 and 19 points more than 0.7 (two runs), and on two
-    # other runs' round 2, 0.95 admitted 14 and 11 points more than 0.85
-    # (README, "Sampling temperature"); 0.9 from round 1 on taught some
-    # operations and starved others.
+    # training learns from) sample at entry k of this list in round k. Training
+    # sharpens the policy, and a policy that passes a task almost always or
+    # almost never gives its group of 8 no signal; a higher temperature
+    # spreads it again. On the same round-2 candidates and policy, 0.85
+    # admitted 17 and 19 points more than 0.7 (two runs), and on two other
+    # runs' round 2, 0.95 admitted 14 and 11 points more than 0.85 (README,
+    # "Sampling temperature"); 0.9 from round 1 on taught some operations and
+    # starved others. After the list, with `controlled_temperature`, the
+    # controller chooses each round's (curriculum.choose_temperature): no
+    # fixed temperature suited round 3 of three runs. Without it, the last
+    # entry repeats.
     round_temperatures: list[float] = [0.7, 0.95]
+    controlled_temperature: bool = True
     training_mode: Literal["sft_then_grpo", "grpo_only", "sft_only"] = "sft_then_grpo"
     # "model": the round's input policy writes each generator program (for a
     # capable model behind the OpenAI-compatible backend); the embedded 135M
@@ -124,14 +128,20 @@ class LoopConfig(dg.ConfigurableResource):
             min_scored=max(1, (3 * self.rollouts_per_task + 3) // 4),
         )
 
-    def agent_settings(self, round_key: str | None = None) -> AgentSettings:
-        """How the agent samples: at `round_key`'s rollout temperature, or
-        without one at the fixed `temperature`."""
-        temperature = self.temperature if round_key is None else self.round_temperature(round_key)
-        return AgentSettings(max_turns=self.max_turns, max_new_tokens=self.max_new_tokens, temperature=temperature)
+    def agent_settings(self, temperature: float | None = None) -> AgentSettings:
+        """How the agent samples: at `temperature` (a round's, see
+        round_state.rollout_temperature), or without one at the fixed `temperature`."""
+        return AgentSettings(max_turns=self.max_turns, max_new_tokens=self.max_new_tokens,
+                             temperature=self.temperature if temperature is None else temperature)
 
-    def round_temperature(self, round_key: str) -> float:
-        return self.round_temperatures[min(round_number(round_key), len(self.round_temperatures)) - 1]
+    def scheduled_temperature(self, round_key: str) -> float | None:
+        """`round_key`'s rollout temperature from the schedule; None when the
+        controller chooses it (a round after the schedule's end, with
+        `controlled_temperature`)."""
+        number = round_number(round_key)
+        if number > len(self.round_temperatures) and self.controlled_temperature:
+            return None
+        return self.round_temperatures[min(number, len(self.round_temperatures)) - 1]
 
     def controller(self) -> Controller:
         return Controller(

@@ -63,6 +63,19 @@ def round_policy(warehouse: Warehouse, round_key: str, kind: str) -> PolicyRef:
     return PolicyRef(path, rows["checkpoint_id"][0], previous_round(round_key))
 
 
+def rollout_temperature(warehouse: Warehouse, round_key: str, scheduled: float | None) -> float:
+    """What `round_key`'s rollouts sample at: what its synthesis_plan decided
+    (the rollout_temperatures table), or, for a round planned before that
+    table existed, its `scheduled` one (LoopConfig.scheduled_temperature)."""
+    rows = warehouse.read("rollout_temperatures", {"round": round_key})
+    if not rows.is_empty():
+        return float(rows["temperature"][0])
+    if scheduled is None:
+        raise MissingUpstreamError(f"{round_key} has no rollout temperature (the controller chooses it after the "
+                                   f"schedule): materialize synthesis_plan for {round_key} first")
+    return scheduled
+
+
 def load_bundles(warehouse: Warehouse, round_key: str, task_ids: list[str]) -> list[TaskBundle]:
     tasks = warehouse.read("tasks", {"round": round_key})
     path_of = dict(zip(tasks["task_id"], tasks["bundle_path"]))

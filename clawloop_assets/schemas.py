@@ -99,6 +99,18 @@ class SynthesisPlans(_RoundTable):
     operation_weights: Optional[str] = pa.Field(nullable=True)
 
 
+class RolloutTemperatures(_RoundTable):
+    """The temperature a round's rollouts sample at (validation, the T_k reruns,
+    the held-out split), decided with its synthesis plan: from the schedule
+    (LoopConfig.round_temperatures) or by the controller (curriculum.choose_temperature)."""
+
+    temperature: float = pa.Field(gt=0)
+    source: str = pa.Field(isin=["schedule", "controller"])
+    # The controller's prediction of the policy's pass rate at the last round's temperature.
+    predicted_pass_rate: Optional[float] = pa.Field(nullable=True, ge=0, le=1)
+    reason: str
+
+
 class Generators(_RoundTable):
     generator_id: str
     capability_id: str
@@ -240,6 +252,7 @@ TABLES: dict[str, type[_RoundTable]] = {
     "capabilities": Capabilities,
     "domains": Domains,
     "synthesis_plans": SynthesisPlans,
+    "rollout_temperatures": RolloutTemperatures,
     "domain_tools": DomainTools,
     "domain_graph_edges": DomainGraphEdges,
     "domain_skills": DomainSkills,

@@ -33,7 +33,7 @@ from resources.warehouse import DuckDBWarehouse, table_frame
 
 REPO = Path(__file__).resolve().parent.parent
 ROUND = "round-0001"
-FRONT_TABLES = ["capabilities", "domains", "synthesis_plans", "generators", "tasks", "agent_free_validations",
+FRONT_TABLES = ["capabilities", "domains", "synthesis_plans", "rollout_temperatures", "generators", "tasks", "agent_free_validations",
                 "cost_ledger"]
 # Wall-clock measurements, the only columns two runs of one round may differ
 # in: a bundle's build time and a phase's wall and CPU seconds.

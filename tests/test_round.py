@@ -123,9 +123,9 @@ def test_two_rounds_end_to_end(clawloop_home):
     rollouts = warehouse.read("rollouts", {"round": "round-0001"})
     # Every rollout of the round samples at its temperature but the fixed evaluation set's, at the fixed one.
     evaluation = rollouts["phase"] == "evaluation"
-    assert set(rollouts.filter(~evaluation)["temperature"]) == {SMALL_ROUND.round_temperature("round-0001")}
+    assert set(rollouts.filter(~evaluation)["temperature"]) == {SMALL_ROUND.scheduled_temperature("round-0001")}
     assert set(rollouts.filter(evaluation)["temperature"]) <= {SMALL_ROUND.temperature}
-    assert summary["rollout_temperature"] == SMALL_ROUND.round_temperature("round-0001")
+    assert summary["rollout_temperature"] == SMALL_ROUND.scheduled_temperature("round-0001")
     for phase in ("train_before", "train_after"):
         assert (rollouts["phase"] == phase).sum() == 4 * train_tasks, phase
     # Token-in/token-out: every trajectory keeps aligned ids, mask and log-probs.
@@ -146,7 +146,7 @@ def test_two_rounds_end_to_end(clawloop_home):
     # the loop's temperature and the validation seed, the same admissions.
     bundles, ref = sampling_temperature.round_inputs(clawloop_home, 1, EmbeddedPolicyModel())
     assert ref.upstream_round is None and len(bundles) == summary["agent_free_passed"]
-    [rerun] = sampling_temperature.measure(clawloop_home, 1, [SMALL_ROUND.round_temperature("round-0001")],
+    [rerun] = sampling_temperature.measure(clawloop_home, 1, [SMALL_ROUND.scheduled_temperature("round-0001")],
                                            round_seed("round-0001", "validation", SMALL_ROUND), SMALL_ROUND)
     assert (rerun["tasks"], rerun["admitted"]) == (len(bundles), summary["admitted"])
     # Per kind of task (every task at -2 is one of its operations), the same totals.
@@ -164,11 +164,20 @@ def test_two_rounds_end_to_end(clawloop_home):
     # Round 2 starts from round 1's checkpoint and plan, and says so (run up to
     # its validation rollouts: what follows is round 1's path again, and with
     # a 135M policy whether any of 24 candidates lands in the band is luck).
-    second = materialize_round(instance, "round-0002", selection=dg.AssetSelection.assets("validation_rollouts").upstream())
+    # Here the schedule is round 1's temperature alone, so round 2's is the controller's.
+    controlled = SMALL_ROUND.model_copy(update={"round_temperatures": [SMALL_ROUND.scheduled_temperature("round-0001")]})
+    second = materialize_round(instance, "round-0002", controlled,
+                               selection=dg.AssetSelection.assets("validation_rollouts").upstream())
     assert second.success, [e.message for e in second.all_events if e.is_failure]
     validation = warehouse.read("rollouts", {"round": "round-0002", "phase": "validation"})
     assert set(validation["checkpoint_id"]) == {summary["policy_checkpoint_id"]}
-    assert set(validation["temperature"]) == {SMALL_ROUND.round_temperature("round-0002")} != {SMALL_ROUND.temperature}
+    [chosen] = warehouse.read("rollout_temperatures", {"round": "round-0002"}).iter_rows(named=True)
+    assert warehouse.read("rollout_temperatures", {"round": "round-0001"})["source"].to_list() == ["schedule"]
+    assert chosen["source"] == "controller" and chosen["reason"].startswith(f"{summary['rollout_temperature']:.2f} -> ")
+    assert abs(chosen["temperature"] - summary["rollout_temperature"]) <= controlled.controller().max_temperature_step + 1e-9
+    assert set(validation["temperature"]) == {chosen["temperature"]}
+    [plan_materialization] = second.asset_materializations_for_node("synthesis_plan")
+    assert plan_materialization.metadata["rollout_temperature"].value == chosen["temperature"]
     plan = warehouse.read("synthesis_plans", {"round": "round-0002"})
     assert set(plan["source_round"]) == {"round-0001"}
     first_plan = warehouse.read("synthesis_plans", {"round": "round-0001"})

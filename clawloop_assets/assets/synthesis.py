@@ -83,10 +83,15 @@ def synthesis_plan(context: dg.AssetExecutionContext, warehouse: Warehouse, loop
         for e in plan
     ]
     mixes = {e.difficulty: e.operation_weights for e in plan if e.operation_weights}
+    temperature = rollout_temperature_row(warehouse, key, loop)
     warehouse.replace("synthesis_plans", table_frame("synthesis_plans", rows), {"round": key})
+    warehouse.replace("rollout_temperatures", table_frame("rollout_temperatures", [temperature]), {"round": key})
     return dg.MaterializeResult(metadata={
         "upstream_round": upstream or "none (round 1 starts from the base curriculum)",
         "pass_rate_drift_logits": round(drift, 3),
+        "rollout_temperature": temperature["temperature"],
+        "rollout_temperature_source": temperature["source"],
+        "rollout_temperature_reason": temperature["reason"],
         "target_admission_rate": loop.target_admission_rate,
         "plan": markdown_table(["capability", "level", "weight", "candidates", "knobs", "why"],
                                [(e.capability_id, e.difficulty, f"{e.weight:.2f}", e.candidates, ", ".join(e.knobs) or "-",
@@ -134,6 +139,34 @@ def controller_inputs(warehouse: Warehouse, round_key: str, recency: float):
     for row in summaries.group_by("capability_id", "root_cause").len().iter_rows(named=True):
         failure_causes.setdefault(row["capability_id"], {})[row["root_cause"]] = row["len"]
     return levels, evidence, failure_share, curriculum.estimate_drift(per_round), failure_causes
+
+
+def rollout_temperature_row(warehouse: Warehouse, round_key: str, loop: LoopConfig) -> dict:
+    """The rollout_temperatures row of `round_key`: the schedule's, or after
+    it the controller's choice from the last round's validation rollouts and
+    its held-out split before and after training."""
+    scheduled = loop.scheduled_temperature(round_key)
+    if scheduled is not None:
+        return {"round": round_key, "temperature": scheduled, "source": "schedule", "predicted_pass_rate": None,
+                "reason": f"round {round_number(round_key)} of the schedule {loop.round_temperatures}"}
+    upstream = previous_round(round_key)
+    rollouts = warehouse.read("rollouts", {"round": upstream})
+    validation = rollouts.filter(pl.col("phase") == "validation")
+    if validation.is_empty():
+        raise MissingUpstreamError(f"{upstream} has no validation rollouts to choose {round_key}'s temperature from: "
+                                   f"materialize validation_rollouts for {upstream} first")
+    previous = float(validation["temperature"].mode().sort()[0])
+    decision = curriculum.choose_temperature(
+        previous, *(rollout_evidence(rollouts, phase) for phase in ("validation", "heldout_before", "heldout_after")),
+        loop.controller())
+    return {"round": round_key, "temperature": decision.temperature, "source": "controller",
+            "predicted_pass_rate": decision.predicted_pass_rate, "reason": decision.reason}
+
+
+def rollout_evidence(rollouts: pl.DataFrame, phase: str) -> curriculum.CellEvidence:
+    """The judged rollouts of one phase as pass counts (lost or canary-flagged ones are not judged)."""
+    judged = rollouts.filter((pl.col("phase") == phase) & (pl.col("status") == "scored") & ~pl.col("canary_seen"))
+    return curriculum.CellEvidence(passes=float(judged["reward"].sum()), rollouts=float(judged.height))
 
 
 def past_candidates(warehouse: Warehouse, round_key: str) -> list[tuple[int, pl.DataFrame]]:

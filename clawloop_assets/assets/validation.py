@@ -27,6 +27,7 @@ from clawloop_assets.round_state import (
     input_policy,
     load_bundles,
     require_rows,
+    rollout_temperature,
     workdir,
 )
 from clawloop_assets.task_bundle import load_task_bundle
@@ -70,7 +71,7 @@ def collect_rollouts(context, warehouse, sandbox, policy: PolicyModel, ref: Poli
     change what they decide), the samples run in waves (`sequential_waves`)."""
     key = context.partition_key
     bundles = load_bundles(warehouse, key, task_ids)
-    settings = loop.agent_settings(key)
+    settings = loop.agent_settings(rollout_temperature(warehouse, key, loop.scheduled_temperature(key)))
     with measure(phase) as cost:
         session = policy.load(ref.path)
         try:
