@@ -320,6 +320,13 @@ class TemperatureDecision:
     # The pass rate predicted for the next round's policy at the last round's temperature (None: not enough evidence).
     predicted_pass_rate: float | None
     reason: str
+    # How far (logits) the next round's pass rate should sit from the last
+    # round's on the same tasks: the training's gain on the held-out split,
+    # less what the temperature's move costs. The levels and the operation
+    # mix shift their evidence by it (in place of estimate_drift), so that
+    # a temperature raised and a level moved up do not both answer one
+    # pass rate that is too high.
+    pass_rate_shift: float = 0.0
 
 
 def choose_temperature(previous: float, validation: CellEvidence, heldout_before: CellEvidence,
@@ -344,26 +351,28 @@ def choose_temperature(previous: float, validation: CellEvidence, heldout_before
     swing (tests/test_curriculum.py simulates both)."""
     low, high = controller.band
     target = (low + high) / 2
-    if validation.rollouts < controller.min_rollouts:
-        return TemperatureDecision(previous, None, f"{previous:.2f} kept: {validation.rollouts:.0f} validation "
-                                                   f"rollouts last round, too few to aim with")
     drift, drift_text = 0.0, "no held-out drift (too few held-out rollouts)"
     if min(heldout_before.rollouts, heldout_after.rollouts) >= controller.min_rollouts:
         drift = heldout_after.smoothed_logit - heldout_before.smoothed_logit
         drift_text = (f"held-out {heldout_before.pass_rate:.0%} -> {heldout_after.pass_rate:.0%} "
                       f"through training ({drift:+.2f} logits)")
+    if validation.rollouts < controller.min_rollouts:
+        return TemperatureDecision(previous, None, f"{previous:.2f} kept: {validation.rollouts:.0f} validation "
+                                                   f"rollouts last round, too few to aim with", drift)
     predicted = validation.smoothed_logit + drift
     step = (predicted - _logit(target)) / controller.temperature_sensitivity
     bounded = max(-controller.max_temperature_step, min(controller.max_temperature_step, step))
     lowest, highest = controller.temperature_range
     temperature = round(max(lowest, min(highest, previous + bounded)), 2)
+    shift = drift - controller.temperature_sensitivity * (temperature - previous)
     return TemperatureDecision(
         temperature, _sigmoid(predicted),
         f"{previous:.2f} -> {temperature:.2f}: last round's validation pass rate {validation.pass_rate:.0%} at "
         f"{previous:.2f}, {drift_text}, predicts {_sigmoid(predicted):.0%} for the next policy at {previous:.2f}; "
         f"aimed at the band's centre {target:.1%} ({controller.temperature_sensitivity:g} logits per 1.0 of "
         f"temperature{', step bounded' if bounded != step else ''}"
-        f"{', range bounded' if temperature != round(previous + bounded, 2) else ''})")
+        f"{', range bounded' if temperature != round(previous + bounded, 2) else ''}); "
+        f"levels see the pass rate {shift:+.2f} logits from last round's", shift)
 
 
 def _move(current: int, target: int, evidence: Mapping[int, CellEvidence], here: CellEvidence, why: str) -> LevelDecision:

@@ -108,6 +108,8 @@ class RolloutTemperatures(_RoundTable):
     source: str = pa.Field(isin=["schedule", "controller"])
     # The controller's prediction of the policy's pass rate at the last round's temperature.
     predicted_pass_rate: Optional[float] = pa.Field(nullable=True, ge=0, le=1)
+    # What the levels shift last round's pass rates by (logits; TemperatureDecision.pass_rate_shift); null: estimate_drift.
+    pass_rate_shift: Optional[float] = pa.Field(nullable=True)
     reason: str
 
 

@@ -340,13 +340,20 @@ def test_the_temperature_aims_the_predicted_pass_rate_at_the_bands_centre():
     assert {seed: d.temperature for seed, d in chosen.items()} == {0: 0.89, 1: 0.98, 2: 1.02}
     assert [round(d.predicted_pass_rate, 3) for d in chosen.values()] == [0.278, 0.436, 0.502]
     assert chosen[0].reason.startswith("0.95 -> 0.89: last round's validation pass rate 17% at 0.95, held-out 17% -> 28%")
+    # The levels see the training's gain less the temperature's cost: seed 0's
+    # round 3 samples 0.06 cooler, so its pass rates sit higher than the gain alone says.
+    gain = cell(94, 336).smoothed_logit - cell(57, 336).smoothed_logit
+    assert chosen[0].pass_rate_shift == pytest.approx(gain + 7.5 * 0.06)
+    assert chosen[2].pass_rate_shift < ROUND_TWO[2][2].smoothed_logit - ROUND_TWO[2][1].smoothed_logit
+    assert chosen[0].reason.endswith(f"levels see the pass rate {gain + 0.45:+.2f} logits from last round's")
     # Far from the centre, one step of at most max_temperature_step, inside the range.
     assert choose_temperature(0.95, cell(480, 512), cell(100, 300), cell(200, 300), PAPER).temperature == 1.1
     assert choose_temperature(0.55, cell(2, 512), cell(1, 300), cell(1, 300), PAPER).temperature == 0.5
     assert "range bounded" in choose_temperature(0.55, cell(2, 512), cell(1, 300), cell(1, 300), PAPER).reason
     # Too little validation evidence: kept. No held-out split: the validation rate alone.
     kept = choose_temperature(0.95, cell(3, 8), cell(0, 0), cell(0, 0), PAPER)
-    assert (kept.temperature, kept.predicted_pass_rate) == (0.95, None) and "too few" in kept.reason
+    assert (kept.temperature, kept.predicted_pass_rate, kept.pass_rate_shift) == (0.95, None, 0.0)
+    assert "too few" in kept.reason
     alone = choose_temperature(0.95, cell(86, 512), cell(0, 0), cell(0, 0), PAPER)
     assert alone.temperature == 0.81 and "no held-out drift" in alone.reason
     with pytest.raises(ValueError, match="temperature_range"):

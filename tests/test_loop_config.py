@@ -36,6 +36,7 @@ def test_a_round_after_the_schedule_has_no_temperature_until_its_plan_chooses_on
     assert rollout_temperature(warehouse, "round-0002", loop.scheduled_temperature("round-0002")) == 0.95
     with pytest.raises(MissingUpstreamError, match="materialize synthesis_plan for round-0003 first"):
         rollout_temperature(warehouse, "round-0003", loop.scheduled_temperature("round-0003"))
-    row = {"round": "round-0003", "temperature": 0.88, "source": "controller", "predicted_pass_rate": 0.28, "reason": "r"}
+    row = {"round": "round-0003", "temperature": 0.88, "source": "controller", "predicted_pass_rate": 0.28,
+           "pass_rate_shift": 0.4, "reason": "r"}
     warehouse.replace("rollout_temperatures", table_frame("rollout_temperatures", [row]), {"round": "round-0003"})
     assert rollout_temperature(warehouse, "round-0003", None) == 0.88

@@ -178,6 +178,8 @@ def test_two_rounds_end_to_end(clawloop_home):
     assert set(validation["temperature"]) == {chosen["temperature"]}
     [plan_materialization] = second.asset_materializations_for_node("synthesis_plan")
     assert plan_materialization.metadata["rollout_temperature"].value == chosen["temperature"]
+    # The levels see round 1's pass rates shifted to round 2's policy at round 2's temperature.
+    assert plan_materialization.metadata["pass_rate_drift_logits"].value == round(chosen["pass_rate_shift"], 3)
     plan = warehouse.read("synthesis_plans", {"round": "round-0002"})
     assert set(plan["source_round"]) == {"round-0001"}
     first_plan = warehouse.read("synthesis_plans", {"round": "round-0001"})

@@ -71,8 +71,15 @@ def synthesis_plan(context: dg.AssetExecutionContext, warehouse: Warehouse, loop
     drift = 0.0
     if upstream is None:
         plan = curriculum.first_plan(capabilities, loop.candidates_per_round)
+        temperature, _ = rollout_temperature_row(warehouse, key, loop)
     else:
         levels, evidence, failure_share, drift, failure_causes = controller_inputs(warehouse, key, loop.controller_recency)
+        temperature, shift = rollout_temperature_row(warehouse, key, loop)
+        if shift is not None:
+            # The controller moves the temperature: the change between rounds
+            # sampled at different temperatures mixes the training's gain with
+            # the temperature's cost, and the next round samples at another.
+            drift = shift
         plan = curriculum.next_plan(capabilities, levels, evidence, failure_share, loop.candidates_per_round,
                                     loop.controller(), drift, failure_causes,
                                     warmup_operation_evidence(warehouse, key, loop.controller_recency))
@@ -83,7 +90,6 @@ def synthesis_plan(context: dg.AssetExecutionContext, warehouse: Warehouse, loop
         for e in plan
     ]
     mixes = {e.difficulty: e.operation_weights for e in plan if e.operation_weights}
-    temperature = rollout_temperature_row(warehouse, key, loop)
     warehouse.replace("synthesis_plans", table_frame("synthesis_plans", rows), {"round": key})
     warehouse.replace("rollout_temperatures", table_frame("rollout_temperatures", [temperature]), {"round": key})
     return dg.MaterializeResult(metadata={
@@ -141,14 +147,17 @@ def controller_inputs(warehouse: Warehouse, round_key: str, recency: float):
     return levels, evidence, failure_share, curriculum.estimate_drift(per_round), failure_causes
 
 
-def rollout_temperature_row(warehouse: Warehouse, round_key: str, loop: LoopConfig) -> dict:
-    """The rollout_temperatures row of `round_key`: the schedule's, or after
-    it the controller's choice from the last round's validation rollouts and
-    its held-out split before and after training."""
+def rollout_temperature_row(warehouse: Warehouse, round_key: str, loop: LoopConfig) -> tuple[dict, float | None]:
+    """(the rollout_temperatures row of `round_key`, the pass-rate shift the
+    levels see): the schedule's temperature (shift None: the levels keep
+    estimate_drift), or after it the controller's choice from the last
+    round's validation rollouts and its held-out split before and after
+    training (TemperatureDecision.pass_rate_shift)."""
     scheduled = loop.scheduled_temperature(round_key)
     if scheduled is not None:
         return {"round": round_key, "temperature": scheduled, "source": "schedule", "predicted_pass_rate": None,
-                "reason": f"round {round_number(round_key)} of the schedule {loop.round_temperatures}"}
+                "pass_rate_shift": None,
+                "reason": f"round {round_number(round_key)} of the schedule {loop.round_temperatures}"}, None
     upstream = previous_round(round_key)
     rollouts = warehouse.read("rollouts", {"round": upstream})
     validation = rollouts.filter(pl.col("phase") == "validation")
@@ -160,7 +169,8 @@ def rollout_temperature_row(warehouse: Warehouse, round_key: str, loop: LoopConf
         previous, *(rollout_evidence(rollouts, phase) for phase in ("validation", "heldout_before", "heldout_after")),
         loop.controller())
     return {"round": round_key, "temperature": decision.temperature, "source": "controller",
-            "predicted_pass_rate": decision.predicted_pass_rate, "reason": decision.reason}
+            "predicted_pass_rate": decision.predicted_pass_rate, "pass_rate_shift": decision.pass_rate_shift,
+            "reason": decision.reason}, decision.pass_rate_shift
 
 
 def rollout_evidence(rollouts: pl.DataFrame, phase: str) -> curriculum.CellEvidence:
