@@ -11,8 +11,9 @@ budget taught nothing. The controller here:
 - moves a capability's level by one only when the evidence is statistically
   clear (the pass rate's 95% Wilson interval wholly outside the inner half of
   the band, after shifting it by the drift the policy showed between the last
-  two rounds, or a neighbouring level whose admission rate is clearly
-  better), and hedges a move up to an untried level: half the capability's
+  two rounds, or once the temperature is the controller's, by the held-out
+  gain less the next temperature's cost; or a neighbouring level whose
+  admission rate is clearly better), and hedges a move up to an untried level: half the capability's
   candidates stay where they were, so a level that turns out too hard cannot
   sink the round;
 - splits the candidates to reach a target admission rate with the most even
@@ -33,7 +34,8 @@ budget taught nothing. The controller here:
   knobs of their generators that target the root causes it found;
 - after the schedule's rounds, chooses the rollout temperature
   (choose_temperature): the pass rate a round admits most at depends on the
-  policy, and no fixed temperature suited round 3 of three measured runs.
+  policy, and no fixed temperature suited round 3 of three measured runs;
+  the levels then see the pass rate the next round will sample at.
 """
 
 from __future__ import annotations
