@@ -13,9 +13,9 @@ budget taught nothing. The controller here:
   the band, after shifting it by the drift the policy showed between the last
   two rounds, or once the temperature is the controller's, by the held-out
   gain less the next temperature's cost; or a neighbouring level whose
-  admission rate is clearly better), and hedges a move up to an untried level: half the capability's
-  candidates stay where they were, so a level that turns out too hard cannot
-  sink the round;
+  admission rate is clearly better), and hedges a move up to an untried
+  level: half the capability's candidates stay where they were, so a level
+  that turns out too hard cannot sink the round;
 - splits the candidates to reach a target admission rate with the most even
   pool that reaches it, and never gives a capability less than `min_share` of
   them, so it cannot buy its admission rate by collapsing the pool;
