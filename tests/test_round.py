@@ -14,6 +14,7 @@ from clawloop_assets.cli import why_stopped
 from clawloop_assets.definitions import defs, gate_checks, resources_for, round_assets
 from clawloop_assets.evaluation import is_evaluation_seed
 from clawloop_assets.generators.generator_common import WARMUP_OPERATIONS
+from clawloop_assets.loop_config import LoopConfig
 from resources.embedded_policy import EmbeddedPolicyModel
 from resources.openai_policy import OpenAICompatiblePolicyModel
 from resources.sandbox import BubblewrapSandbox, DockerSandbox
@@ -164,8 +165,11 @@ def test_two_rounds_end_to_end(clawloop_home):
     # Round 2 starts from round 1's checkpoint and plan, and says so (run up to
     # its validation rollouts: what follows is round 1's path again, and with
     # a 135M policy whether any of 24 candidates lands in the band is luck).
-    # Here the schedule is round 1's temperature alone, so round 2's is the controller's.
-    controlled = SMALL_ROUND.model_copy(update={"round_temperatures": [SMALL_ROUND.scheduled_temperature("round-0001")]})
+    # Here the schedule is round 1's temperature alone, so round 2's is the
+    # controller's. (A new resource: Dagster rebuilds one from its init
+    # arguments, so a model_copy's update would be lost.)
+    controlled = LoopConfig(**{**SMALL_ROUND.model_dump(),
+                               "round_temperatures": [SMALL_ROUND.scheduled_temperature("round-0001")]})
     second = materialize_round(instance, "round-0002", controlled,
                                selection=dg.AssetSelection.assets("validation_rollouts").upstream())
     assert second.success, [e.message for e in second.all_events if e.is_failure]
