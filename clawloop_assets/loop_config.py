@@ -99,6 +99,9 @@ class LoopConfig(dg.ConfigurableResource):
     lora_rank: int | None = None
     torch_threads: int = 2
     seed: int = 0
+    # The largest share of a round's rollouts that may end in a harness error
+    # (verifier, sandbox or policy error) before the round's blocking check fails.
+    max_error_rate: float = 0.01
 
     @model_validator(mode="after")
     def _check(self) -> "LoopConfig":
@@ -111,6 +114,8 @@ class LoopConfig(dg.ConfigurableResource):
         if not self.round_temperatures or not all(0 < t <= 2 for t in self.round_temperatures):
             raise ValueError(f"round_temperatures must be a non-empty list of temperatures in (0, 2], "
                              f"got {self.round_temperatures}")
+        if not 0 <= self.max_error_rate <= 1:
+            raise ValueError(f"max_error_rate must be in [0, 1], got {self.max_error_rate}")
         if self.evaluation_samples < 1:
             raise ValueError(f"evaluation_samples must be at least 1, got {self.evaluation_samples}")
         self.evaluation_set()  # raises naming the bad capability, level or seed count
