@@ -3,6 +3,7 @@ verifiers all run here and nowhere else."""
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 import shutil
@@ -24,6 +25,11 @@ SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 # The whole environment a command starts with (plus what the caller passes):
 # nothing of the host's leaks in.
 SANDBOX_ENV = {"PATH": SANDBOX_PATH, "HOME": "/tmp", "LANG": "C.UTF-8"}
+# The uid the agent's commands run as (both backends' default sandbox_uid),
+# and a different one for the verifier, so that nothing the agent's processes
+# did (modes, ownership, signals) reaches a verifier run as the same user.
+SANDBOX_UID = 65534
+VERIFIER_UID = 65533
 
 
 @dataclass(frozen=True)
@@ -75,7 +81,10 @@ class Sandbox(dg.ConfigurableResource, ABC):
         cwd: str = "/workspace",
         limits: SandboxLimits | None = None,
         env: Mapping[str, str] | None = None,
-    ) -> CommandResult: ...
+        uid: int | None = None,
+    ) -> CommandResult:
+        """Run `argv` as `uid` (and the same gid), or as the backend's
+        sandbox_uid when None."""
 
 
 class BubblewrapSandbox(Sandbox):
@@ -88,8 +97,11 @@ class BubblewrapSandbox(Sandbox):
     command to `sandbox_uid` with every capability cleared before it starts.
     """
 
-    sandbox_uid: int = 65534
-    sandbox_gid: int = 65534
+    sandbox_uid: int = SANDBOX_UID
+    sandbox_gid: int = SANDBOX_UID
+
+    def _ids(self, uid: int | None) -> tuple[int, int]:
+        return (self.sandbox_uid, self.sandbox_gid) if uid is None else (uid, uid)
 
     def _bwrap(self) -> str:
         path = shutil.which("bwrap")
@@ -111,8 +123,9 @@ class BubblewrapSandbox(Sandbox):
 
     def command_line(
         self, argv: Sequence[str], mounts: Sequence[Mount], cwd: str, env: Mapping[str, str],
-        limits: SandboxLimits = SandboxLimits(),
+        limits: SandboxLimits = SandboxLimits(), uid: int | None = None,
     ) -> list[str]:
+        run_uid, run_gid = self._ids(uid)
         args = [
             self._bwrap(),
             "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
@@ -137,11 +150,12 @@ class BubblewrapSandbox(Sandbox):
         args += ["--chdir", cwd]
         if self._as_root():
             args += [
-                "setpriv", f"--reuid={self.sandbox_uid}", f"--regid={self.sandbox_gid}", "--clear-groups",
+                "setpriv", f"--reuid={run_uid}", f"--regid={run_gid}", "--clear-groups",
                 "--inh-caps=-all", "--bounding-set=-all", "--",
             ]
         else:
-            args += ["--unshare-user", "--uid", "1000", "--gid", "1000"]
+            inner = ("1000", "1000") if uid is None else (str(run_uid), str(run_gid))
+            args += ["--unshare-user", "--uid", inner[0], "--gid", inner[1]]
         return args + list(argv)
 
     def run(
@@ -152,11 +166,12 @@ class BubblewrapSandbox(Sandbox):
         cwd: str = "/workspace",
         limits: SandboxLimits | None = None,
         env: Mapping[str, str] | None = None,
+        uid: int | None = None,
     ) -> CommandResult:
         limits = limits or SandboxLimits()
-        args = self.command_line(argv, mounts, cwd, env or {}, limits)
+        args = self.command_line(argv, mounts, cwd, env or {}, limits, uid)
         if self._as_root():
-            own_writable_mounts(mounts, self.sandbox_uid, self.sandbox_gid)
+            own_writable_mounts(mounts, *self._ids(uid))
         # The rlimits are set by util-linux prlimit, which then execs bwrap with
         # them, not by a preexec_fn: a preexec_fn makes Python fork() instead of
         # vfork(), and forking the round's process (the model loaded, about 2 GB)
@@ -192,17 +207,23 @@ class BubblewrapSandbox(Sandbox):
 
 
 @contextmanager
-def disk_quota(directory: Path, max_bytes: int) -> Iterator[bool]:
+def disk_quota(
+    directory: Path, max_bytes: int, *, max_files: int = 10_000, max_depth: int = 64,
+    on_copy: Callable[[CopyReport], None] | None = None,
+) -> Iterator[bool]:
     """Bound what commands can write into `directory` (a writable mount) for
-    the duration: a tmpfs of `max_bytes` of its own is mounted on it, so a
-    full disk is the command's ENOSPC, not the host's. At the end its contents
-    (links kept as links) move back onto the disk and it is unmounted.
+    the duration: a tmpfs of `max_bytes` and `max_files` inodes of its own is
+    mounted on it, so a full disk is the command's ENOSPC, not the host's. At
+    the end its contents are copied back onto the disk by `copy_tree_safely`
+    (plain modes, never root-owned, at most `max_bytes` of apparent size, so a
+    sparse file cannot grow on the way out), it is unmounted, and `on_copy`
+    gets the copy's report.
 
     `directory` must be empty on entry. The kernel here has no disk quotas
     (no CONFIG_QUOTA), so a filesystem per workspace is the enforceable
     bound; tmpfs keeps it in memory, so callers size `max_bytes` to keep the
     sum over all live workspaces small. Mounting needs root: without it this
-    yields False and callers check `directory_bytes` after each command.
+    yields False and callers check `tree_usage` after each command.
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -211,7 +232,10 @@ def disk_quota(directory: Path, max_bytes: int) -> Iterator[bool]:
         return
     if any(directory.iterdir()):
         raise SandboxError(f"{directory} must be empty to take a disk quota")
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={max_bytes},mode=0755", "tmpfs", str(directory)],
+    # nr_inodes: without it, empty files cost no space and 200,000 of them
+    # cost the harness half a minute of copying and chowning.
+    options = f"size={max_bytes},nr_inodes={max_files},mode=0755"
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(directory)],
                              capture_output=True, text=True)
     if mounted.returncode != 0:
         raise SandboxError(f"could not mount a {max_bytes}-byte tmpfs on {directory}: {mounted.stderr.strip()}")
@@ -220,23 +244,201 @@ def disk_quota(directory: Path, max_bytes: int) -> Iterator[bool]:
     finally:
         keep = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
         try:
-            shutil.copytree(directory, keep / "contents", symlinks=True, ignore=special_files)
+            report = copy_tree_safely(directory, keep / "contents", max_files=max_files, max_depth=max_depth,
+                                      max_bytes=max_bytes)
         finally:
             release_quota(directory)
-        for item in (keep / "contents").iterdir():
-            os.replace(item, directory / item.name)
-        shutil.rmtree(keep)
+        # The copy takes the mount point's place: one rename, not one per entry.
+        directory.rmdir()
+        os.replace(keep / "contents", directory)
+        keep.rmdir()
+        if on_copy is not None:
+            on_copy(report)
 
 
-def special_files(directory: str, names: list[str]) -> set[str]:
-    """For shutil.copytree's `ignore`: what untrusted code left that is not a
-    regular file, directory or link (a FIFO would block the copy forever)."""
-    skipped = set()
-    for name in names:
-        mode = os.lstat(os.path.join(directory, name)).st_mode
-        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
-            skipped.add(name)
-    return skipped
+@dataclass(frozen=True)
+class CopyReport:
+    """What `copy_tree_safely` copied. `files` counts every entry created
+    (regular files, directories, links); `skipped` lists the relative paths of
+    what was not copied (FIFOs, sockets, devices, and entries that could not
+    be read); `over_limit` is None, or why the copy stopped early (too many
+    files, too deep, too many bytes): the failure of whoever wrote the tree."""
+
+    files: int
+    bytes: int
+    skipped: tuple[str, ...]
+    over_limit: str | None
+
+
+_COPY_CHUNK = 1 << 20
+_ZEROS = bytes(_COPY_CHUNK)
+_OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def copy_tree_safely(
+    src: Path, dst: Path, *, owner: tuple[int, int] | None = None,
+    max_files: int = 10_000, max_depth: int = 64, max_bytes: int = 64 << 20,
+) -> CopyReport:
+    """Copy a tree untrusted code wrote so that nothing dangerous comes out:
+    regular files get mode 0o644 (0o755 if any x bit was set) and directories
+    0o755, never setuid, setgid, sticky or world-writable; links are kept as
+    links and never followed; hard links become separate files; FIFOs,
+    sockets and devices are skipped and listed. Run as root, everything
+    created is owned by `owner` (default: the sandbox uid), never by root.
+
+    Iterative, with every directory opened relative to its parent without
+    following links, so neither a deep tree nor a link swapped in breaks it.
+    Apparent sizes (st_size, what a sparse file becomes when read) count
+    against `max_bytes`; holes are written back as holes. Past a limit the
+    copy stops and says why in `over_limit`; it never raises for what the
+    tree holds, only for the host's own failures (a full disk)."""
+    as_root = os.geteuid() == 0
+    uid, gid = owner if owner is not None else (SANDBOX_UID, SANDBOX_UID)
+    Path(dst).mkdir(parents=True, exist_ok=True)
+    dst_root = os.open(dst, _OPEN_DIR)
+    try:
+        os.fchmod(dst_root, 0o755)
+        if as_root:
+            os.fchown(dst_root, uid, gid)
+        try:
+            src_root = os.open(src, _OPEN_DIR)
+        except OSError:
+            return CopyReport(0, 0, (".",), None)
+        return _copy_walk(src_root, dst_root, (uid, gid) if as_root else None, max_files, max_depth, max_bytes)
+    finally:
+        os.close(dst_root)
+
+
+def tree_usage(root: Path, *, max_files: int = 10_000, max_depth: int = 64, max_bytes: int = 64 << 20) -> CopyReport:
+    """What `copy_tree_safely` would copy out of `root` and whether it would
+    stop at a limit, without writing anything."""
+    try:
+        fd = os.open(root, _OPEN_DIR)
+    except OSError:
+        return CopyReport(0, 0, (".",), None)
+    return _copy_walk(fd, None, None, max_files, max_depth, max_bytes)
+
+
+def _copy_walk(src_root: int, dst_root: int | None, owner: tuple[int, int] | None,
+               max_files: int, max_depth: int, max_bytes: int) -> CopyReport:
+    """The walk of `copy_tree_safely` and `tree_usage`; closes `src_root`.
+    With `dst_root` None nothing is written."""
+    seen = files = total = 0
+    skipped: list[str] = []
+    over: str | None = None
+    # A stack of open directories: (source fd, destination fd, entries, relative path).
+    # Only the current chain is open, so open descriptors stay under 3 x max_depth.
+    stack: list[tuple[int, int | None, Iterator[os.DirEntry], str]] = []
+
+    def push(src_fd: int, dst_fd: int | None, rel: str) -> None:
+        stack.append((src_fd, dst_fd, os.scandir(src_fd), rel))
+
+    def pop() -> None:
+        src_fd, dst_fd, entries, _rel = stack.pop()
+        entries.close()
+        os.close(src_fd)
+        if dst_fd is not None and dst_fd != dst_root:
+            os.close(dst_fd)
+
+    try:
+        push(src_root, dst_root, "")
+        while stack and over is None:
+            src_fd, dst_fd, entries, rel = stack[-1]
+            entry = next(entries, None)
+            if entry is None:
+                pop()
+                continue
+            path = f"{rel}{entry.name}"
+            try:
+                info = os.stat(entry.name, dir_fd=src_fd, follow_symlinks=False)
+            except OSError:
+                skipped.append(path)
+                continue
+            seen += 1
+            if seen > max_files:
+                over = f"more than {max_files} files and directories"
+                break
+            mode = info.st_mode
+            if stat.S_ISDIR(mode):
+                if len(stack) >= max_depth:
+                    over = f"directories nested deeper than {max_depth}"
+                    break
+                try:
+                    child = os.open(entry.name, _OPEN_DIR, dir_fd=src_fd)
+                except OSError:
+                    skipped.append(path)
+                    continue
+                child_dst = None
+                if dst_fd is not None:
+                    os.mkdir(entry.name, 0o700, dir_fd=dst_fd)
+                    child_dst = os.open(entry.name, _OPEN_DIR, dir_fd=dst_fd)
+                    _plain(child_dst, 0o755, owner)
+                push(child, child_dst, path + "/")
+                files += 1
+            elif stat.S_ISLNK(mode):
+                if dst_fd is not None:
+                    os.symlink(os.readlink(entry.name, dir_fd=src_fd), entry.name, dir_fd=dst_fd)
+                    if owner is not None:
+                        os.chown(entry.name, *owner, dir_fd=dst_fd, follow_symlinks=False)
+                files += 1
+            elif stat.S_ISREG(mode):
+                if total + info.st_size > max_bytes:
+                    over = f"more than {max_bytes} bytes of files (apparent size)"
+                    break
+                total += info.st_size
+                if dst_fd is not None and not _copy_file(src_fd, dst_fd, entry.name, info, owner):
+                    skipped.append(path)
+                else:
+                    files += 1
+            else:  # FIFO, socket, device: nothing to copy, and reading a FIFO would block
+                skipped.append(path)
+    finally:
+        while stack:
+            pop()
+    return CopyReport(files=files, bytes=total, skipped=tuple(skipped), over_limit=over)
+
+
+def _plain(fd: int, mode: int, owner: tuple[int, int] | None) -> None:
+    # chown first: it would clear setuid/setgid bits anyway, and the mode is set last.
+    if owner is not None:
+        os.fchown(fd, *owner)
+    os.fchmod(fd, mode)
+
+
+def _copy_file(src_dir: int, dst_dir: int, name: str, info: os.stat_result, owner: tuple[int, int] | None) -> bool:
+    """Copy one regular file, holes as holes, at most its size when listed;
+    False when it could not be opened as a regular file (swapped meanwhile)."""
+    try:
+        # O_NONBLOCK: a FIFO swapped in after the stat does not block the open.
+        src = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=src_dir)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(src).st_mode):
+            return False
+        dst = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dst_dir)
+        try:
+            remaining = info.st_size
+            while remaining > 0:
+                chunk = os.read(src, min(_COPY_CHUNK, remaining))
+                if not chunk:
+                    break
+                remaining -= len(chunk)
+                if chunk == _ZEROS[: len(chunk)]:
+                    os.lseek(dst, len(chunk), os.SEEK_CUR)
+                else:
+                    view = memoryview(chunk)
+                    while view:
+                        view = view[os.write(dst, view):]
+            if info.st_size:
+                os.ftruncate(dst, info.st_size - remaining)
+            _plain(dst, 0o755 if info.st_mode & 0o111 else 0o644, owner)
+            os.utime(dst, ns=(info.st_atime_ns, info.st_mtime_ns))
+        finally:
+            os.close(dst)
+    finally:
+        os.close(src)
+    return True
 
 
 def release_quota(directory: Path) -> None:
@@ -248,14 +450,10 @@ def release_quota(directory: Path) -> None:
 
 
 def directory_bytes(directory: Path) -> int:
-    """Bytes held by the regular files under `directory`; links are not followed."""
-    total = 0
-    for root, _dirs, files in os.walk(directory, followlinks=False):
-        for name in files:
-            info = os.lstat(os.path.join(root, name))
-            if stat.S_ISREG(info.st_mode):
-                total += info.st_blocks * 512
-    return total
+    """Apparent size (st_size) of the regular files under `directory` (to a
+    depth of 256), what a copy-out writes; links are not followed. A sparse
+    file counts in full."""
+    return tree_usage(directory, max_files=1 << 62, max_depth=256, max_bytes=1 << 62).bytes
 
 
 def existing_mounts(mounts: Sequence[Mount]) -> Sequence[Mount]:
@@ -268,14 +466,29 @@ def existing_mounts(mounts: Sequence[Mount]) -> Sequence[Mount]:
 
 def own_writable_mounts(mounts: Sequence[Mount], uid: int, gid: int) -> None:
     """Hand the writable mounts to the unprivileged uid a command runs as.
-    lchown: never follow a link an earlier command may have planted."""
+    lchown: never follow a link an earlier command may have planted.
+    Iterative: an earlier command may have nested directories thousands deep;
+    what lies past the longest path the kernel takes was made by the sandbox
+    (so is already its uid's) and is left as it is."""
     for mount in mounts:
         if not mount.writable:
             continue
         os.lchown(mount.host, uid, gid)
-        for root, dirs, files in os.walk(mount.host, followlinks=False):
-            for name in dirs + files:
-                os.lchown(os.path.join(root, name), uid, gid)
+        pending = [str(mount.host)]
+        while pending:
+            try:
+                entries = list(os.scandir(pending.pop()))
+            except OSError:
+                continue
+            for entry in entries:
+                try:
+                    os.lchown(entry.path, uid, gid)
+                except OSError as exc:
+                    if exc.errno != errno.ENAMETOOLONG:
+                        raise
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(entry.path)
 
 
 # Printed by the container before it runs the command. Docker reports its own
@@ -293,8 +506,8 @@ class DockerSandbox(Sandbox):
     is streamed from the attached client and never stored by the engine."""
 
     image: str = "clawloop/harness:latest"
-    sandbox_uid: int = 65534
-    sandbox_gid: int = 65534
+    sandbox_uid: int = SANDBOX_UID
+    sandbox_gid: int = SANDBOX_UID
     docker: str = "docker"
 
     def _docker(self) -> str:
@@ -318,9 +531,12 @@ class DockerSandbox(Sandbox):
 
     def command_line(
         self, argv: Sequence[str], mounts: Sequence[Mount], cwd: str, env: Mapping[str, str], limits: SandboxLimits,
-        name: str,
+        name: str, uid: int | None = None,
     ) -> list[str]:
-        uid, gid = (self.sandbox_uid, self.sandbox_gid) if os.geteuid() == 0 else (os.getuid(), os.getgid())
+        if os.geteuid() != 0:
+            uid, gid = os.getuid(), os.getgid()
+        else:
+            uid, gid = (self.sandbox_uid, self.sandbox_gid) if uid is None else (uid, uid)
         args = [
             self._docker(), "run", "--rm", "--name", name,
             "--network", "none", "--hostname", "sandbox", "--ipc", "private",
@@ -352,12 +568,13 @@ class DockerSandbox(Sandbox):
         cwd: str = "/workspace",
         limits: SandboxLimits | None = None,
         env: Mapping[str, str] | None = None,
+        uid: int | None = None,
     ) -> CommandResult:
         limits = limits or SandboxLimits()
         name = f"clawloop-sandbox-{uuid.uuid4().hex[:16]}"
-        args = self.command_line(argv, mounts, cwd, env or {}, limits, name)
+        args = self.command_line(argv, mounts, cwd, env or {}, limits, name, uid)
         if os.geteuid() == 0:
-            own_writable_mounts(mounts, self.sandbox_uid, self.sandbox_gid)
+            own_writable_mounts(mounts, *((self.sandbox_uid, self.sandbox_gid) if uid is None else (uid, uid)))
         try:
             proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     start_new_session=True, close_fds=True)

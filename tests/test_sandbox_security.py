@@ -197,3 +197,15 @@ def test_a_command_exiting_125_is_scored_as_its_own_exit(run, workspace):
     result = run(workspace, "echo before; env -f; echo after >&2; exit 125")
     assert result.exit_code == 125
     assert result.output.startswith("before\n") and "invalid option" in result.output
+
+
+def test_a_command_runs_as_the_uid_asked_for(sandbox, workspace):
+    from resources.sandbox import VERIFIER_UID
+
+    asked = sandbox.run(["id", "-u"], [Mount(workspace, "/workspace", writable=True)], uid=VERIFIER_UID)
+    default = sandbox.run(["id", "-u"], [Mount(workspace, "/workspace", writable=True)])
+    if os.geteuid() == 0:
+        assert (asked.output.strip(), default.output.strip()) == (str(VERIFIER_UID), str(SANDBOX_UID))
+        assert workspace.stat().st_uid == SANDBOX_UID  # handed to the uid of the last command
+    else:
+        assert asked.exit_code == 0
