@@ -10,6 +10,13 @@ The workspace is untrusted: deliverables are read as bytes and parsed as
 data, never imported or evaluated; symlinks and files outside the workspace
 are never followed. A malformed answer.json is a crash (no result written),
 which the runner records as a verifier error, not a score.
+
+Whose fault is what: answer.json is validated whole before the workspace is
+touched, so a fault in it stays a crash. After that, anything about the
+deliverable (missing, unreadable, of the wrong type, malformed, too large or
+too deep for a parser) fails its check with the reason in the detail and
+scores 0: an agent's output must never turn its own failure into an
+excluded rollout.
 """
 
 import argparse
@@ -27,10 +34,15 @@ import stat
 import tempfile
 
 MAX_BYTES = 8 << 20
+MAX_DETAIL = 500
 
 
 class Failed(Exception):
     """The deliverable does not satisfy a check; the message is the detail."""
+
+
+class SpecError(ValueError):
+    """answer.json is malformed: the harness's fault, never a score."""
 
 
 def main():
@@ -41,9 +53,14 @@ def main():
     args = parser.parse_args()
     with open(args.answer, encoding="utf-8") as handle:
         spec = json.load(handle)
-    checks = spec["checks"]
+    checks = spec.get("checks") if isinstance(spec, dict) else None
     if not isinstance(checks, list) or not checks:
-        raise ValueError("answer.json: 'checks' must be a non-empty list")
+        raise SpecError("answer.json: 'checks' must be a non-empty list")
+    for check in checks:
+        validate_check(check)
+    # The workspace root is the harness's copy: if the verifier cannot list
+    # it, the harness failed, and no check may score that as the agent's 0.
+    os.listdir(args.workspace)
     results = [run_check(args.workspace, check) for check in checks]
     reward = 1.0 if all(r["passed"] for r in results) else 0.0
     tmp = args.result + ".tmp"
@@ -53,16 +70,132 @@ def main():
 
 
 def run_check(workspace, check):
-    kind = check["type"]
-    handler = CHECKS.get(kind)
-    if handler is None:
-        raise ValueError("answer.json: unknown check type %r" % (kind,))
-    name = check.get("name") or kind
+    validate_check(check)
+    name = check.get("name") or check["type"]
     try:
-        detail = handler(workspace, check)
-        return {"name": name, "passed": True, "detail": detail}
+        detail = CHECKS[check["type"]](workspace, check)
+        return {"name": name, "passed": True, "detail": printable(detail)}
     except Failed as exc:
-        return {"name": name, "passed": False, "detail": str(exc)}
+        return {"name": name, "passed": False, "detail": printable(str(exc))}
+    except SpecError:
+        raise
+    except Exception as exc:
+        # The spec was validated above, so what is left is the deliverable:
+        # unreadable (PermissionError, NotADirectoryError), beyond a parser's
+        # limits (csv.Error, RecursionError, MemoryError) or otherwise
+        # malformed. A failed check, never a crash the agent could hide behind.
+        return {"name": name, "passed": False,
+                "detail": printable("the deliverable could not be read or parsed (%s: %s)" % (type(exc).__name__, exc))}
+
+
+def printable(text):
+    """A detail fit for result.json: capped, and valid UTF-8 whatever names
+    or escapes the deliverable held."""
+    text = str(text)
+    if len(text) > MAX_DETAIL:
+        text = text[:MAX_DETAIL] + "..."
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+# ---- validating answer.json (before the workspace is read)
+
+def _spec(condition, check, message):
+    if not condition:
+        raise SpecError("answer.json: check %r: %s" % (check.get("name") or check.get("type"), message))
+
+
+def _is_number(value):
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
+
+
+def _is_str_list(value):
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _is_str_lists(value):
+    return isinstance(value, dict) and all(isinstance(k, str) and _is_str_list(v) for k, v in value.items())
+
+
+def _valid_path(value):
+    if not isinstance(value, str) or not value:
+        return False
+    try:
+        safe_relpath(value)
+    except SpecError:
+        return False
+    return True
+
+
+_OPTIONAL_BOOL = ("ordered", "no_other_files", "names_resolve")
+
+
+def validate_check(check):
+    """Raise SpecError unless `check` has every field its type reads, of the
+    right type: after this, a check's handler fails only on the deliverable."""
+    if not isinstance(check, dict):
+        raise SpecError("answer.json: a check must be an object, got %r" % (check,))
+    kind = check.get("type")
+    if kind not in CHECKS:
+        raise SpecError("answer.json: unknown check type %r" % (kind,))
+    _spec(check.get("name") is None or isinstance(check["name"], str), check, "'name' must be a string")
+    for flag in _OPTIONAL_BOOL:
+        _spec(isinstance(check.get(flag, False), bool), check, "%r must be true or false" % flag)
+    if "tolerance" in check:
+        _spec(_is_number(check["tolerance"]) and check["tolerance"] >= 0, check, "'tolerance' must be a number >= 0")
+    if kind not in ("tree", "directory", "python_imports"):
+        _spec(_valid_path(check.get("path")), check, "'path' must be a relative path inside the workspace")
+    expected = check.get("expected")
+    if kind == "number":
+        _spec(_is_number(expected), check, "'expected' must be a finite number")
+    elif kind == "text":
+        _spec(isinstance(expected, (str, int, float)) and not isinstance(expected, bool), check, "'expected' must be text")
+    elif kind in ("lines", "contains"):
+        _spec(isinstance(expected, list) and all(isinstance(e, (str, int, float)) for e in expected), check,
+              "'expected' must be a list of lines")
+        min_words = check.get("min_words", 1)
+        _spec(isinstance(min_words, int) and not isinstance(min_words, bool), check, "'min_words' must be an integer")
+    elif kind in ("csv_records", "json_records", "sqlite_records"):
+        _spec(_is_str_list(check.get("key")) and check["key"], check, "'key' must be a non-empty list of column names")
+        columns = check.get("columns")
+        _spec(isinstance(columns, dict) and all(
+            isinstance(c, str) and isinstance(r, dict) and r.get("kind") in ("number", "text")
+            and _is_number(r.get("tolerance", 0)) for c, r in columns.items()), check,
+            "'columns' must map each column to a rule of kind 'number' or 'text'")
+        _spec(isinstance(expected, list) and all(isinstance(e, dict) for e in expected), check,
+              "'expected' must be a list of records")
+        if kind == "sqlite_records":
+            _spec(isinstance(check.get("table"), str) and check["table"], check, "'table' must be a table name")
+    elif kind == "tree":
+        files = check.get("files")
+        _spec(isinstance(files, dict) and all(_valid_path(p) and isinstance(d, str) for p, d in files.items()), check,
+              "'files' must map workspace paths to digests")
+        _spec(all(_valid_path(p) for p in _list(check, "absent")), check, "'absent' must list workspace paths")
+    elif kind == "config_values":
+        _spec(check.get("format") in ("json", "ini", "env"), check, "'format' must be json, ini or env")
+        _spec(isinstance(expected, dict) and all(isinstance(k, str) for k in expected), check,
+              "'expected' must map keys to values")
+        _spec(_is_str_list(check.get("absent", [])), check, "'absent' must list keys")
+    elif kind == "python_imports":
+        root = check.get("root", "")
+        _spec(root == "" or _valid_path(root), check, "'root' must be a relative path inside the workspace")
+        for field in ("defines", "absent_names"):
+            _spec(_is_str_lists(check.get(field, {})), check, "%r must map modules to lists of names" % field)
+        digests = check.get("digests", {})
+        _spec(isinstance(digests, dict) and all(isinstance(k, str) and ":" in k and isinstance(v, str)
+                                                for k, v in digests.items()), check,
+              "'digests' must map 'module:name' to digests")
+        _spec(_is_str_list(check.get("absent", [])), check, "'absent' must list modules")
+    elif kind == "directory":
+        _spec(_valid_path(check.get("dir")), check, "'dir' must be a relative path inside the workspace")
+        _spec(_is_str_list(expected), check, "'expected' must list file names")
+
+
+def _list(check, field):
+    value = check.get(field, [])
+    _spec(isinstance(value, list), check, "%r must be a list" % field)
+    return value
 
 
 # ---- reading the workspace as data
@@ -70,7 +203,7 @@ def run_check(workspace, check):
 def safe_relpath(path):
     norm = os.path.normpath(path)
     if os.path.isabs(norm) or norm == ".." or norm.startswith("../"):
-        raise ValueError("answer.json: path %r leaves the workspace" % (path,))
+        raise SpecError("answer.json: path %r leaves the workspace" % (path,))
     return norm
 
 
@@ -84,7 +217,7 @@ def read_deliverable(workspace, path):
             raise Failed("%s: %s is a symlink" % (path, "/".join(parts[:i])))
     try:
         info = os.lstat(full)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         raise Failed("%s does not exist" % path) from None
     if not stat.S_ISREG(info.st_mode):
         raise Failed("%s is not a regular file" % path)
@@ -229,9 +362,14 @@ def check_records(workspace, check):
     return "%s: all %d records match by key" % (check["path"], len(expected))
 
 
+def _raise(error):
+    raise error
+
+
 def workspace_files(workspace):
     found = {}
-    for root, dirs, files in os.walk(workspace, followlinks=False):
+    # An unreadable directory is a failure, never a silently empty one.
+    for root, dirs, files in os.walk(workspace, followlinks=False, onerror=_raise):
         for name in dirs:
             if os.path.islink(os.path.join(root, name)):
                 found[os.path.relpath(os.path.join(root, name), workspace)] = "symlink"
@@ -242,7 +380,6 @@ def workspace_files(workspace):
 
 
 def check_tree(workspace, check):
-    present = workspace_files(workspace)
     for path, digest in sorted(check["files"].items()):
         data = read_deliverable(workspace, path)
         if hashlib.sha256(data).hexdigest() != digest:
@@ -251,7 +388,7 @@ def check_tree(workspace, check):
         if os.path.lexists(os.path.join(workspace, safe_relpath(path))):
             raise Failed("%s should no longer exist" % path)
     if check.get("no_other_files", False):
-        extra = sorted(p for p in present if p not in check["files"])
+        extra = sorted(p for p in workspace_files(workspace) if p not in check["files"])
         if extra:
             raise Failed("unexpected file %s (and %d more)" % (extra[0], len(extra) - 1))
     return "%d expected files in place" % len(check["files"])
@@ -334,7 +471,7 @@ def parse_config(workspace, check):
                 raise Failed("%s: key %s is set twice" % (check["path"], name.strip()))
             values[name.strip()] = value.strip()
         return values
-    raise ValueError("answer.json: unknown config format %r" % (fmt,))
+    raise SpecError("answer.json: unknown config format %r" % (fmt,))
 
 
 def check_config_values(workspace, check):
