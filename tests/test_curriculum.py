@@ -324,38 +324,61 @@ def test_warmup_operation_evidence_reads_each_tasks_operation_from_its_bundle(cl
     assert evidence[(-1, "append_word")].pass_rate == 6 / 8
 
 
-# Round 2 of three measured runs (seeds 0, 1, 2; all at 0.95): validation
-# passes of judged rollouts, the held-out split before and after training.
+# Round 2 of three runs (seeds 0, 1, 2; all at 0.95): validation passes of
+# judged rollouts, the held-out split before and after training.
 ROUND_TWO = {
     0: (cell(86, 512), cell(57, 336), cell(94, 336)),
     1: (cell(156, 512), cell(103, 272), cell(141, 272)),
     2: (cell(166, 512), cell(105, 368), cell(168, 368)),
 }
+CENTRE_LOGIT = math.log(0.375 / 0.625)  # the paper band's centre, 37.5%
 
 
 def test_the_temperature_aims_the_predicted_pass_rate_at_the_bands_centre():
-    """Each run's round 3 was measured at 0.85-1.15 on its own candidates and
-    policy: seed 0 admitted most at 0.85-0.95, seeds 1 and 2 at 1.05 (README)."""
-    chosen = {seed: choose_temperature(0.95, *evidence, PAPER) for seed, evidence in ROUND_TWO.items()}
-    assert {seed: d.temperature for seed, d in chosen.items()} == {0: 0.89, 1: 0.98, 2: 1.02}
-    assert [round(d.predicted_pass_rate, 3) for d in chosen.values()] == [0.278, 0.436, 0.502]
-    assert chosen[0].reason.startswith("0.95 -> 0.89: last round's validation pass rate 17% at 0.95, held-out 17% -> 28%")
-    # The levels see the training's gain less the temperature's cost: seed 0's
-    # round 3 samples 0.06 cooler, so its pass rates sit higher than the gain alone says.
-    gain = cell(94, 336).smoothed_logit - cell(57, 336).smoothed_logit
-    assert chosen[0].pass_rate_shift == pytest.approx(gain + 7.5 * 0.06)
-    assert chosen[2].pass_rate_shift < ROUND_TWO[2][2].smoothed_logit - ROUND_TWO[2][1].smoothed_logit
-    assert chosen[0].reason.endswith(f"levels see the pass rate {gain + 0.45:+.2f} logits from last round's")
-    # Far from the centre, one step of at most max_temperature_step, inside the range.
-    assert choose_temperature(0.95, cell(480, 512), cell(100, 300), cell(200, 300), PAPER).temperature == 1.1
-    assert choose_temperature(0.55, cell(2, 512), cell(1, 300), cell(1, 300), PAPER).temperature == 0.5
-    assert "range bounded" in choose_temperature(0.55, cell(2, 512), cell(1, 300), cell(1, 300), PAPER).reason
-    # Too little validation evidence: kept. No held-out split: the validation rate alone.
+    """A policy as sensitive as the controller assumes lands on the band's
+    centre at the chosen temperature: its predicted pass rate (validation
+    plus the held-out gain) less the sensitivity times the move is the centre,
+    to the rounding of the temperature; the levels see that same rate."""
+    s = PAPER.temperature_sensitivity
+    for seed, (validation, before, after) in ROUND_TWO.items():
+        decision = choose_temperature(0.95, validation, before, after, PAPER)
+        gain = after.smoothed_logit - before.smoothed_logit
+        predicted = validation.smoothed_logit + gain
+        assert decision.predicted_pass_rate == pytest.approx(1 / (1 + math.exp(-predicted)))
+        move = decision.temperature - 0.95
+        assert abs(move) < PAPER.max_temperature_step, seed  # these runs need no bounded step
+        # At the new temperature the policy is predicted at the centre (0.005 of rounding, times s).
+        assert predicted - s * move == pytest.approx(CENTRE_LOGIT, abs=0.005 * s + 1e-9), seed
+        # Direction: above the centre it warms, below it cools.
+        assert (move > 0) == (predicted > CENTRE_LOGIT), seed
+        # The levels see the training's gain less the temperature's cost.
+        assert decision.pass_rate_shift == pytest.approx(gain - s * move)
+        assert decision.reason.startswith(f"0.95 -> {decision.temperature:.2f}: last round's validation pass rate "
+                                          f"{validation.pass_rate:.0%} at 0.95, held-out {before.pass_rate:.0%}")
+
+
+@pytest.mark.parametrize("passes", [480, 2])
+def test_a_far_prediction_moves_one_bounded_step_inside_the_range(passes):
+    far = choose_temperature(0.95, cell(passes, 512), cell(100, 300), cell(100, 300), PAPER)
+    direction = 1 if passes > 256 else -1
+    assert far.temperature == pytest.approx(0.95 + direction * PAPER.max_temperature_step)
+    assert "step bounded" in far.reason
+    low, high = PAPER.temperature_range
+    # From next to an edge the range holds instead of the step.
+    edge = choose_temperature(high - 0.05 if direction > 0 else low + 0.05, cell(passes, 512), cell(100, 300),
+                              cell(100, 300), PAPER)
+    assert edge.temperature == (high if direction > 0 else low) and "range bounded" in edge.reason
+
+
+def test_too_little_evidence_keeps_the_temperature_and_no_held_out_split_uses_validation_alone():
     kept = choose_temperature(0.95, cell(3, 8), cell(0, 0), cell(0, 0), PAPER)
     assert (kept.temperature, kept.predicted_pass_rate, kept.pass_rate_shift) == (0.95, None, 0.0)
     assert "too few" in kept.reason
-    alone = choose_temperature(0.95, cell(86, 512), cell(0, 0), cell(0, 0), PAPER)
-    assert alone.temperature == 0.81 and "no held-out drift" in alone.reason
+    validation = cell(86, 512)
+    alone = choose_temperature(0.95, validation, cell(0, 0), cell(0, 0), PAPER)
+    assert "no held-out drift" in alone.reason
+    assert validation.smoothed_logit - PAPER.temperature_sensitivity * (alone.temperature - 0.95) == pytest.approx(
+        CENTRE_LOGIT, abs=0.005 * PAPER.temperature_sensitivity + 1e-9)
     with pytest.raises(ValueError, match="temperature_range"):
         Controller(temperature_range=(1.2, 0.5))
 

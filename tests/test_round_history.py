@@ -71,6 +71,33 @@ def test_plot_is_a_png_on_disk_and_inline(warehouse, tmp_path):
     assert "round-0002" in metadata["rounds_table"].value
 
 
+def _admission_marker_height(png: bytes) -> float:
+    """Mean row (0 = top) of the admission-rate line's colour (matplotlib's
+    first, tab:blue) in the right half of the upper panel, where round 2's
+    point sits clear of the legend."""
+    import io
+
+    import numpy as np
+    from matplotlib.image import imread
+
+    image = imread(io.BytesIO(png))[..., :3]
+    height, width = image.shape[:2]
+    blue = np.all(np.abs(image - np.array([0x1F, 0x77, 0xB4]) / 255) < 0.03, axis=-1)
+    rows, columns = np.nonzero(blue[: height // 2, width // 2:])
+    assert rows.size, "no admission-rate point drawn in the upper panel"
+    return float(rows.mean())
+
+
+def test_the_plot_draws_the_admission_rate_where_its_value_is(tmp_path):
+    def plot(rate):
+        history = [RoundFigures(f"round-000{k}", rate, 2.0, 8.0, None, None) for k in (1, 2)]
+        return history_metadata(history, tmp_path / f"{rate}.png") and (tmp_path / f"{rate}.png").read_bytes()
+
+    high, low = _admission_marker_height(plot(0.9)), _admission_marker_height(plot(0.1))
+    # Rates run 0 to 1 up the panel: 0.9 is drawn well above 0.1.
+    assert high < low - 40, (high, low)
+
+
 def test_a_single_round_with_no_figures_still_plots(tmp_path):
     path = tmp_path / "rounds_plot.png"
     history_metadata([RoundFigures("round-0001", 0.0, None, None, None, None)], path)
