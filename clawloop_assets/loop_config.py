@@ -1,12 +1,14 @@
 """The knobs of one round, as a resource so they can be set per run from the
-Dagster launchpad as well as in code."""
+Dagster launchpad, from `clawloop run --config FILE`, or in code. Every field is
+checked (type and range) when the resource is built, so a bad value is refused
+before a round starts, with the field named."""
 
 from __future__ import annotations
 
 from typing import Literal
 
 import dagster as dg
-from pydantic import model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from clawloop_assets.admission import AdmissionBand
 from clawloop_assets.agent_loop import AgentSettings
@@ -16,106 +18,159 @@ from clawloop_assets.evaluation import EvaluationSetSpec
 from clawloop_assets.partitions import round_number
 from training_jobs.configs import recipe_config
 
+# The sampling temperatures a policy may be asked for: 0 is greedy, which
+# gives a group of rollouts no spread (and no GRPO signal); above 2 the
+# embedded model's samples are noise.
+MAX_TEMPERATURE = 2.0
+
 
 class LoopConfig(dg.ConfigurableResource):
-    candidates_per_round: int = 64
-    rollouts_per_task: int = 8
-    # Validation rollouts in two waves: a task already too easy after the first
-    # gets no more (the same admissions as all N, fewer rollouts).
-    sequential_rollouts: bool = True
-    admission_low: int = 1
-    admission_high: int = 5
-    heldout_fraction: float = 0.4
-    heldout_samples: int = 16
-    # Samples per training task for the before/after pass rate on T_k (0: skip).
-    train_eval_samples: int = 8
-    # One turn for the embedded 135M model: measured on 24 level-0 tasks x 8, a
-    # second turn took 2.5x the time and lowered the pass rate (5.2% -> 3.1%):
-    # it never submits, and its second command undoes the first. The loop and
-    # the bundles' own limits support many turns for a capable model.
-    max_turns: int = 1
-    max_new_tokens: int = 48
-    # The sampling temperature of the fixed evaluation set (one temperature for
-    # every round, so that its figure compares across rounds), of transfer
-    # runs, and of the model's writing (generator programs, domain graphs).
-    temperature: float = 0.7
-    # A round's rollouts (validation, held-out, the T_k reruns: the samples
-    # training learns from) sample at entry k of this list in round k. Training
-    # sharpens the policy, and a policy that passes a task almost always or
-    # almost never gives its group of 8 no signal; a higher temperature
-    # spreads it again. On the same round-2 candidates and policy, 0.85
-    # admitted 17 and 19 points more than 0.7 (two runs), and on two other
-    # runs' round 2, 0.95 admitted 14 and 11 points more than 0.85 (README,
-    # "Sampling temperature"); 0.9 from round 1 on taught some operations and
-    # starved others. After the list, with `controlled_temperature`, the
-    # controller chooses each round's (curriculum.choose_temperature): no
-    # fixed temperature suited round 3 of three runs. Without it, the last
-    # entry repeats.
-    round_temperatures: list[float] = [0.7, 0.95]
-    controlled_temperature: bool = True
-    training_mode: Literal["sft_then_grpo", "grpo_only", "sft_only"] = "sft_then_grpo"
-    # "model": the round's input policy writes each generator program (for a
-    # capable model behind the OpenAI-compatible backend); the embedded 135M
-    # model cannot, so the built-in families are the default.
-    generator_source: Literal["builtin", "model"] = "builtin"
-    generator_max_tokens: int = 4096
-    # The synthesis routes a round draws from (the ablation switch): the
-    # capability route, the domain-grounded route, or both.
-    synthesis_routes: list[str] = ["capability", "domain"]
-    # The closed-loop difficulty controller (clawloop_assets/curriculum.py).
-    target_admission_rate: float = 0.7
-    min_capability_share: float = 0.05
-    controller_recency: float = 0.5
-    # Diagnosis: the loop model is asked for each failure summary (JSON,
-    # validated, retried); a model that writes no valid one for the first
-    # `summary_probe` failures is not asked about the rest.
-    model_failure_summaries: bool = True
-    # Diagnose also the validation rollouts of candidates the input policy
-    # never solved: with a weak policy E_k holds a task or two (or none), and
-    # the plan of the next round needs the weaknesses those candidates show.
-    diagnose_unsolved_candidates: bool = True
-    summary_probe: int = 4
-    summary_attempts: int = 2
-    # The fixed evaluation set (clawloop_assets/evaluation.py): k samples per
-    # task (5: the paper's Avg@5) of the round's trained policy on every
-    # capability (empty list: all of both routes) x level x seed, plus any
-    # imported tasks. Default: 13 own tasks (the 12 families and domain_workflow,
-    # level 0) x 5 = 65 rollouts, measured 90 s with the embedded model on 2 cores.
-    evaluation_samples: int = 5
-    evaluation_capabilities: list[str] = []
-    evaluation_levels: list[int] = [0]
-    evaluation_seeds_per_cell: int = 1
+    """The knobs of one round. Each field's description says what it sets and
+    its range; the README ("Measured here", "Sampling temperature") gives the
+    measurements behind the defaults.
 
-    # The training recipe (training_jobs.configs.RECIPES): "cpu", measured on
-    # the embedded model, or "paper" for GPU nodes. A field below that is set
-    # overrides the recipe's value.
-    training_recipe: Literal["cpu", "paper"] = "cpu"
-    sft_learning_rate: float | None = None
-    sft_epochs: int | None = None
-    grpo_learning_rate: float | None = None
-    grpo_epochs: int | None = None
-    kl_beta: float | None = None
-    train_batch_size: int | None = None
-    lora_rank: int | None = None
-    torch_threads: int = 2
-    seed: int = 0
-    # The largest share of a round's rollouts that may end in a harness error
-    # (verifier, sandbox or policy error) before the round's blocking check fails.
-    max_error_rate: float = 0.01
+    Values are taken as they are typed (strict): "8" is not an int and 1 is
+    not a bool. Cross-field rules (the admission band within
+    `rollouts_per_task`, the evaluation set's capabilities and levels) are
+    checked after the fields, naming the fields involved.
+    """
+
+    # Strict: a value of the wrong type is refused, not coerced.
+    model_config = ConfigDict(strict=True)
+
+    # --- synthesis and validation ------------------------------------------------------------------------
+    candidates_per_round: int = Field(
+        default=64, ge=1, description="Candidate tasks synthesized per round (>= 1).")
+    rollouts_per_task: int = Field(
+        default=8, ge=2,
+        description="Validation rollouts per candidate, the GRPO group size N (>= 2: a group of one has no spread).")
+    sequential_rollouts: bool = Field(
+        default=True,
+        description="Validate in two waves: a task already too easy after the first gets no more rollouts "
+                    "(the same admissions as all N, fewer rollouts).")
+    admission_low: int = Field(
+        default=1, ge=0,
+        description="Admit a task passed at least this many times out of rollouts_per_task "
+                    "(0 <= admission_low <= admission_high).")
+    admission_high: int = Field(
+        default=5, ge=0,
+        description="Admit a task passed at most this many times out of rollouts_per_task "
+                    "(admission_high <= rollouts_per_task).")
+    heldout_fraction: float = Field(
+        default=0.4, gt=0, lt=1, description="Share of admitted tasks held out of training, in (0, 1).")
+    heldout_samples: int = Field(
+        default=16, ge=1, description="Rollouts per held-out task for its before/after pass rate (>= 1).")
+    train_eval_samples: int = Field(
+        default=8, ge=0, description="Rollouts per training task for the before/after pass rate on T_k (0: skip).")
+
+    # --- the agent -----------------------------------------------------------------------------------------
+    max_turns: int = Field(
+        default=1, ge=1,
+        description="Agent turns per rollout (>= 1). One for the embedded 135M model, which gains nothing from "
+                    "a second (README, \"Measured here\"); a capable model may take many.")
+    max_new_tokens: int = Field(
+        default=48, ge=1, description="Tokens the policy may write per turn (>= 1).")
+    temperature: float = Field(
+        default=0.7, gt=0, le=MAX_TEMPERATURE,
+        description="Sampling temperature of the fixed evaluation set (one for every round, so its figure "
+                    "compares across rounds), of transfer runs and of the model's writing (generator programs, "
+                    "domain graphs), in (0, 2].")
+    round_temperatures: list[float] = Field(
+        default=[0.7, 0.95],
+        description="Round k's rollouts (validation, held-out, the T_k reruns) sample at entry k, each in (0, 2]; "
+                    "non-empty. After the list the controller chooses (with controlled_temperature), otherwise the "
+                    "last entry repeats. A trained policy passes most tasks almost always or almost never; a higher "
+                    "temperature spreads its groups again (README, \"Sampling temperature\").")
+    controlled_temperature: bool = Field(
+        default=True,
+        description="After round_temperatures, the controller chooses each round's temperature "
+                    "(curriculum.choose_temperature).")
+
+    # --- training --------------------------------------------------------------------------------------------
+    training_mode: Literal["sft_then_grpo", "grpo_only", "sft_only"] = Field(
+        default="sft_then_grpo", description="Which training stages a round runs.")
+
+    # --- generators and routes -------------------------------------------------------------------------------
+    generator_source: Literal["builtin", "model"] = Field(
+        default="builtin",
+        description="builtin: the built-in families; model: the round's input policy writes each generator "
+                    "program (for a capable model behind the OpenAI-compatible backend).")
+    generator_max_tokens: int = Field(
+        default=4096, ge=1, description="Tokens the model may write per generator program (>= 1).")
+    synthesis_routes: list[str] = Field(
+        default=["capability", "domain"],
+        description="The synthesis routes a round draws from (the ablation switch): a non-empty subset of "
+                    "capability, domain.")
+
+    # --- the difficulty controller (clawloop_assets/curriculum.py) -----------------------------------------
+    target_admission_rate: float = Field(
+        default=0.7, gt=0, le=1, description="The admission rate the controller aims each capability at, in (0, 1].")
+    min_capability_share: float = Field(
+        default=0.05, ge=0, le=1, description="The least share of a round's candidates any capability gets, in [0, 1].")
+    controller_recency: float = Field(
+        default=0.5, ge=0, le=1,
+        description="Evidence of a round k rounds old counts recency**k, in [0, 1] (0: the last round only).")
+
+    # --- diagnosis --------------------------------------------------------------------------------------------
+    model_failure_summaries: bool = Field(
+        default=True, description="Ask the loop model for each failure summary (JSON, validated, retried).")
+    diagnose_unsolved_candidates: bool = Field(
+        default=True,
+        description="Diagnose also the validation rollouts of candidates the input policy never solved "
+                    "(with a weak policy E_k holds few tasks, and the next plan needs their weaknesses).")
+    summary_probe: int = Field(
+        default=4, ge=0,
+        description="A model that writes no valid summary for the first summary_probe failures is not asked "
+                    "about the rest (>= 0; 0: no probe).")
+    summary_attempts: int = Field(default=2, ge=1, description="Tries per failure summary (>= 1).")
+
+    # --- the fixed evaluation set (clawloop_assets/evaluation.py) -------------------------------------------
+    evaluation_samples: int = Field(
+        default=5, description="Samples per evaluation task, k of Avg@k (>= 1; 5: the paper's Avg@5).")
+    evaluation_capabilities: list[str] = Field(
+        default=[], description="Capabilities of the evaluation set's own tasks (empty: all of both routes).")
+    evaluation_levels: list[int] = Field(
+        default=[0], description="Difficulty levels of the evaluation set's own tasks (non-empty, within the "
+                                 "curriculum's levels).")
+    evaluation_seeds_per_cell: int = Field(
+        default=1, description="Seeds per capability x level of the evaluation set (within the seeds per level).")
+
+    # --- the training recipe (training_jobs.configs.RECIPES); a field set below overrides the recipe's ------
+    training_recipe: Literal["cpu", "paper"] = Field(
+        default="cpu", description="cpu: measured on the embedded model; paper: for GPU nodes.")
+    sft_learning_rate: float | None = Field(
+        default=None, gt=0, lt=1, description="SFT learning rate, in (0, 1); unset: the recipe's.")
+    sft_epochs: int | None = Field(default=None, ge=1, description="SFT epochs (>= 1); unset: the recipe's.")
+    grpo_learning_rate: float | None = Field(
+        default=None, gt=0, lt=1, description="GRPO learning rate, in (0, 1); unset: the recipe's.")
+    grpo_epochs: int | None = Field(default=None, ge=1, description="GRPO epochs (>= 1); unset: the recipe's.")
+    kl_beta: float | None = Field(
+        default=None, ge=0, description="GRPO's KL penalty coefficient (>= 0); unset: the recipe's.")
+    train_batch_size: int | None = Field(
+        default=None, ge=1, description="Training batch size (>= 1); unset: the recipe's.")
+    lora_rank: int | None = Field(default=None, ge=1, description="LoRA rank (>= 1); unset: the recipe's.")
+    torch_threads: int = Field(default=2, ge=1, description="CPU threads torch may use in training (>= 1).")
+    seed: int = Field(default=0, ge=0, description="The seed of sampling and training (>= 0).")
+
+    # --- round checks ---------------------------------------------------------------------------------------
+    max_error_rate: float = Field(
+        default=0.01, ge=0, le=1,
+        description="The largest share of a round's rollouts that may end in a harness error (verifier, sandbox "
+                    "or policy error) before the round's blocking check fails, in [0, 1].")
 
     @model_validator(mode="after")
     def _check(self) -> "LoopConfig":
+        if not self.admission_low <= self.admission_high <= self.rollouts_per_task:
+            raise ValueError(f"admission_low ({self.admission_low}) <= admission_high ({self.admission_high}) "
+                             f"<= rollouts_per_task ({self.rollouts_per_task}) does not hold")
         self.admission_band()  # raises with the band's own message
-        round_capabilities(self.synthesis_routes)  # raises naming the routes it knows
-        if not 0 < self.heldout_fraction < 1:
-            raise ValueError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
-        if self.max_turns < 1 or self.heldout_samples < 1 or self.candidates_per_round < 1:
-            raise ValueError("max_turns, heldout_samples and candidates_per_round must be at least 1")
-        if not self.round_temperatures or not all(0 < t <= 2 for t in self.round_temperatures):
-            raise ValueError(f"round_temperatures must be a non-empty list of temperatures in (0, 2], "
+        try:
+            round_capabilities(self.synthesis_routes)
+        except ValueError as exc:
+            raise ValueError(f"synthesis_routes: {exc}") from None
+        if not self.round_temperatures or not all(0 < t <= MAX_TEMPERATURE for t in self.round_temperatures):
+            raise ValueError(f"round_temperatures must be a non-empty list of temperatures in (0, {MAX_TEMPERATURE:g}], "
                              f"got {self.round_temperatures}")
-        if not 0 <= self.max_error_rate <= 1:
-            raise ValueError(f"max_error_rate must be in [0, 1], got {self.max_error_rate}")
         if self.evaluation_samples < 1:
             raise ValueError(f"evaluation_samples must be at least 1, got {self.evaluation_samples}")
         self.evaluation_set()  # raises naming the bad capability, level or seed count
