@@ -19,7 +19,7 @@ from typing import Any, Iterable
 
 from clawloop_assets.task_bundle import TaskBundle
 from clawloop_assets.verification import run_verifier
-from resources.sandbox import Mount, Sandbox, SandboxLimits, disk_quota, special_files
+from resources.sandbox import Mount, Sandbox, SandboxLimits, copy_tree_safely, disk_quota
 
 ORACLE_LIMITS = SandboxLimits(wall_seconds=30.0, cpu_seconds=20)
 ORACLE_WORKSPACE_BYTES = 64 << 20
@@ -134,7 +134,7 @@ def _run_oracle(sandbox: Sandbox, bundle: TaskBundle, directory: Path, workspace
     checks = bundle.answer()["checks"]
     for name, make in (("empty", _empty_deliverables), ("perturbed", _perturb_deliverable)):
         wrong = directory / name
-        shutil.copytree(workspace, wrong, symlinks=True, ignore=special_files)
+        copy_tree_safely(workspace, wrong)
         change = make(wrong, checks, sandbox)
         if change is None:
             continue  # nothing of this kind to try on this task (e.g. no file deliverable)

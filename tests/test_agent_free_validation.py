@@ -228,8 +228,10 @@ def test_a_verifier_that_disagrees_with_itself_is_caught(sandbox, bundles, tmp_p
     verifier = bundle.tests_dir / "verify.py"
     source = verifier.read_text()
     # The real verifier, with a detail that changes on every run.
-    verifier.write_text(source.replace('return {"name": name, "passed": True, "detail": detail}',
-                                       'import time; return {"name": name, "passed": True, "detail": str(time.time_ns())}'))
+    passing = 'return {"name": name, "passed": True, "detail": printable(detail)}'
+    assert source.count(passing) == 1
+    verifier.write_text(source.replace(passing, 'import time; return {"name": name, "passed": True, '
+                                                '"detail": str(time.time_ns())}'))
     result = validate_without_agent(sandbox, bundle, tmp_path / "scratch")
     assert not result.passed and not result.verifier_deterministic
     assert result.reason == "verifier is not deterministic: three runs on the oracle workspace disagree"
