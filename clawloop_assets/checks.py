@@ -6,13 +6,17 @@ import warnings
 import dagster as dg
 import polars as pl
 
-from clawloop_assets.assets.training import policy_checkpoint
+from clawloop_assets.assets.diagnosis import diagnosis_rollouts, heldout_baseline_rollouts
+from clawloop_assets.assets.evaluation import evaluation
+from clawloop_assets.assets.training import policy_checkpoint, training_gain
 from clawloop_assets.assets.validation import (
     admitted_tasks,
     agent_free_validation,
     task_splits,
+    validation_rollouts,
 )
 from clawloop_assets.checkpoints import CheckpointError, verify_checkpoint
+from clawloop_assets.evaluation import rollout_errors
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.partitions import round_partitions
 from resources.warehouse import Warehouse
@@ -62,3 +66,39 @@ def policy_checkpoint_is_verified(context: dg.AssetCheckExecutionContext, wareho
     except CheckpointError as exc:
         return dg.AssetCheckResult(passed=False, metadata={"error": str(exc)})
     return dg.AssetCheckResult(passed=True, metadata={"checkpoint_id": rows["checkpoint_id"][0]})
+
+
+def error_rate_result(rollouts: pl.DataFrame, max_error_rate: float) -> dg.AssetCheckResult:
+    """Passed iff the rollouts that ended in a harness error (verifier, sandbox
+    or policy) are at most `max_error_rate` of them. Errors are excluded from
+    training and admission, so a round with many would be judged on the
+    rollouts its harness happened not to lose, and an agent able to cause
+    errors could hide its failures among them."""
+    errors = rollout_errors(rollouts)
+    total, errored = rollouts.height, sum(errors.values())
+    rate = errored / total if total else 0.0
+    return dg.AssetCheckResult(passed=rate <= max_error_rate, metadata={
+        "rollouts": total, "error_rollouts": errored, "error_rate": round(rate, 4),
+        "max_error_rate": max_error_rate, **{f"{status}s": count for status, count in errors.items()},
+    })
+
+
+def _error_rate_check(asset, phases: tuple[str, ...]):
+    description = (f"At most loop.max_error_rate of this asset's rollouts ({', '.join(phases)}) ended in a "
+                   "verifier, sandbox or policy error.")
+
+    @dg.asset_check(asset=asset, name="rollout_errors_within_limit", description=description, blocking=True,
+                    partitions_def=round_partitions)
+    def check(context: dg.AssetCheckExecutionContext, warehouse: Warehouse, loop: LoopConfig) -> dg.AssetCheckResult:
+        rollouts = warehouse.read("rollouts", {"round": context.partition_key})
+        return error_rate_result(rollouts.filter(pl.col("phase").is_in(phases)), loop.max_error_rate)
+
+    return check
+
+
+# One blocking check on every asset that records a round's rollouts.
+validation_rollout_errors = _error_rate_check(validation_rollouts, ("validation",))
+training_gain_rollout_errors = _error_rate_check(training_gain, ("train_before", "train_after"))
+heldout_baseline_rollout_errors = _error_rate_check(heldout_baseline_rollouts, ("heldout_before",))
+diagnosis_rollout_errors = _error_rate_check(diagnosis_rollouts, ("heldout_after",))
+evaluation_rollout_errors = _error_rate_check(evaluation, ("evaluation",))

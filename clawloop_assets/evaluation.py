@@ -86,15 +86,28 @@ class EvaluationTask:
     bundle: TaskBundle
 
 
+# Rollout statuses that are the harness's failure, not a score (agent_loop.Rollout.status).
+ERROR_STATUSES = ("verifier_error", "sandbox_error", "policy_error")
+
+
+def rollout_errors(rollouts: pl.DataFrame) -> dict[str, int]:
+    """{status: count} of the rollouts that ended in a harness error, every
+    error status listed (0 when none)."""
+    counts = dict(rollouts.group_by("status").len().iter_rows()) if rollouts.height else {}
+    return {status: int(counts.get(status, 0)) for status in ERROR_STATUSES}
+
+
 @dataclass(frozen=True)
 class PassAtOne:
-    """pass@1 averaged over each task's scored samples, then over tasks."""
+    """pass@1 over every sample of each task (an errored sample is not a
+    pass), then averaged over every task."""
 
-    pass_at_1: float | None
+    pass_at_1: float | None  # None only when there is no rollout at all
     ci_low: float | None
     ci_high: float | None
-    tasks: int  # tasks with at least one scored sample (the n of the interval)
-    per_task: pl.DataFrame  # task_id, passes, scored, samples, pass_rate
+    tasks: int  # every task with a rollout (the n of the interval): none is dropped
+    per_task: pl.DataFrame  # task_id, passes, scored, errors, samples, pass_rate
+    errors: int = 0  # samples that ended in a harness error, counted as not passed
 
 
 def evaluation_seed(level: int, index: int) -> int:
@@ -280,8 +293,14 @@ def wilson_interval(p: float, n: int, z: float = Z_95) -> tuple[float, float]:
 
 
 def pass_at_1(rollouts: pl.DataFrame) -> PassAtOne:
-    """pass@1 of evaluation rollouts: each task's mean reward over its scored
-    samples (the unbiased pass@1 estimate from k samples), averaged over tasks.
+    """pass@1 of evaluation rollouts: each task's passes over all its samples
+    (the unbiased pass@1 estimate from k samples), averaged over tasks.
+
+    A sample that ended in an error (verifier, sandbox or policy) counts as
+    not passed, and a task whose samples all errored counts as 0, never left
+    out: were errors dropped, a policy whose failures became errors would
+    score as if it had only passed. Errors are counted and reported, and a
+    round with too many fails its blocking check (checks.py).
 
     The interval is a Wilson score interval on that task-level mean with n =
     the number of tasks. Tasks, not samples, are the unit: the k samples of a
@@ -294,16 +313,18 @@ def pass_at_1(rollouts: pl.DataFrame) -> PassAtOne:
     Unlike a bootstrap over a dozen tasks, it is closed-form (the same figure
     every time), and it does not collapse to [0, 0] when a weak policy passes
     nothing, which the 135M policy often does."""
-    scored = rollouts.filter(pl.col("status") == "scored")
-    per_task = (rollouts.group_by("task_id").agg(samples=pl.len())
-                .join(scored.group_by("task_id").agg(passes=(pl.col("reward") >= 1.0).sum().cast(pl.Int64),
-                                                     scored=pl.len(), pass_rate=pl.col("reward").mean()),
-                      on="task_id", how="left")
-                .with_columns(pl.col("scored").fill_null(0), pl.col("passes").fill_null(0))
-                .select("task_id", "passes", "scored", "samples", "pass_rate").sort("task_id"))
-    rates = per_task["pass_rate"].drop_nulls().to_list()
-    if not rates:
-        return PassAtOne(None, None, None, 0, per_task)
+    is_scored = pl.col("status") == "scored"
+    per_task = (rollouts.group_by("task_id")
+                .agg(passes=(is_scored & (pl.col("reward") >= 1.0)).sum().cast(pl.Int64),
+                     scored=is_scored.sum().cast(pl.Int64),
+                     errors=pl.col("status").is_in(ERROR_STATUSES).sum().cast(pl.Int64),
+                     samples=pl.len().cast(pl.Int64))
+                .with_columns(pass_rate=pl.col("passes") / pl.col("samples"))
+                .select("task_id", "passes", "scored", "errors", "samples", "pass_rate").sort("task_id"))
+    errors = int(per_task["errors"].sum()) if per_task.height else 0
+    if per_task.is_empty():
+        return PassAtOne(None, None, None, 0, per_task, errors)
+    rates = per_task["pass_rate"].to_list()
     mean = sum(rates) / len(rates)
     low, high = wilson_interval(mean, len(rates))
-    return PassAtOne(round(mean, 4), round(low, 4), round(high, 4), len(rates), per_task)
+    return PassAtOne(round(mean, 4), round(low, 4), round(high, 4), len(rates), per_task, errors)

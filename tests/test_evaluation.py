@@ -152,24 +152,38 @@ def _rollouts(outcomes):
         for task, samples in outcomes.items() for i, (status, reward) in enumerate(samples)])
 
 
-def test_pass_at_1_averages_each_tasks_scored_samples_then_the_tasks():
+def test_pass_at_1_averages_each_tasks_samples_then_the_tasks():
     scored = ("scored", 1.0), ("scored", 0.0)
     frame = _rollouts({
         "a": [("scored", 1.0)] * 5,  # 5/5 -> 1.0
-        "b": [("scored", 1.0)] * 3 + [("scored", 0.0), ("sandbox_error", None)],  # 3 of 4 scored -> 0.75
+        "b": [("scored", 1.0)] * 3 + [("scored", 0.0), ("sandbox_error", None)],  # the error is not a pass: 3/5
         "c": [scored[1]] * 4 + [scored[0]],  # 1/5 -> 0.2
         "d": [scored[1]] * 5,  # 0/5 -> 0.0
-        "e": [("policy_error", None)] * 5,  # nothing scored: not in the mean, not an n of the interval
+        "e": [("policy_error", None)] * 5,  # nothing scored: 0/5, still a task of the mean and of the interval
     })
     result = pass_at_1(frame)
-    # (1.0 + 0.75 + 0.2 + 0.0) / 4 = 0.4875, Wilson over n = 4 tasks.
-    assert result.pass_at_1 == pytest.approx(0.4875) and result.tasks == 4
-    low, high = wilson_interval(0.4875, 4)
+    # (1.0 + 0.6 + 0.2 + 0.0 + 0.0) / 5 = 0.36, Wilson over n = 5 tasks.
+    assert result.pass_at_1 == pytest.approx(0.36) and result.tasks == 5 and result.errors == 6
+    low, high = wilson_interval(0.36, 5)
     assert (result.ci_low, result.ci_high) == (round(low, 4), round(high, 4))
-    per_task = {r["task_id"]: (r["passes"], r["scored"], r["samples"]) for r in result.per_task.iter_rows(named=True)}
-    assert per_task == {"a": (5, 5, 5), "b": (3, 4, 5), "c": (1, 5, 5), "d": (0, 5, 5), "e": (0, 0, 5)}
-    nothing = pass_at_1(_rollouts({"e": [("policy_error", None)]}))
+    per_task = {r["task_id"]: (r["passes"], r["scored"], r["errors"], r["samples"])
+                for r in result.per_task.iter_rows(named=True)}
+    assert per_task == {"a": (5, 5, 0, 5), "b": (3, 4, 1, 5), "c": (1, 5, 0, 5), "d": (0, 5, 0, 5), "e": (0, 0, 5, 5)}
+    errored = pass_at_1(_rollouts({"e": [("policy_error", None)]}))
+    assert (errored.pass_at_1, errored.tasks, errored.errors) == (0.0, 1, 1)
+    nothing = pass_at_1(_rollouts({}))
     assert (nothing.pass_at_1, nothing.ci_low, nothing.ci_high, nothing.tasks) == (None, None, None, 0)
+
+
+def test_errors_never_raise_pass_at_1():
+    # Two tasks, five samples each, one honest pass: 0.1. The same failures
+    # turned into verifier errors must not read better (they read 1.0 when
+    # only scored samples counted).
+    honest = {"a": [("scored", 1.0)] + [("scored", 0.0)] * 4, "b": [("scored", 0.0)] * 5}
+    hidden = {"a": [("scored", 1.0)] + [("verifier_error", None)] * 4, "b": [("verifier_error", None)] * 5}
+    assert pass_at_1(_rollouts(honest)).pass_at_1 == pytest.approx(0.1)
+    result = pass_at_1(_rollouts(hidden))
+    assert result.pass_at_1 == pytest.approx(0.1) and result.tasks == 2 and result.errors == 9
 
 
 def test_bad_evaluation_knobs_are_named():
@@ -207,9 +221,11 @@ def test_the_evaluation_asset_with_the_real_model(clawloop_home, base_checkpoint
     rollouts = warehouse.read("rollouts", {"round": key, "phase": "evaluation"})
     assert rollouts.height == 2 * 3 and set(rollouts["checkpoint_id"]) == {ckpt}
     assert metadata["evaluation_tasks"] == 2 and metadata["own_tasks"] == 2 and metadata["imported_tasks"] == 0
-    scored = rollouts.filter(rollouts["status"] == "scored")
-    per_task = [scored.filter(scored["task_id"] == t)["reward"].mean() for t in sorted(set(scored["task_id"]))]
+    # Every sample counts: one that errored is not a pass.
+    per_task = [rollouts.filter((rollouts["task_id"] == t) & (rollouts["status"] == "scored"))["reward"].sum() / 3
+                for t in sorted(set(rollouts["task_id"]))]
     assert metadata["evaluation_pass_at_1"] == pytest.approx(sum(per_task) / len(per_task), abs=1e-4)
+    assert metadata["error_rollouts"] == int((rollouts["status"] != "scored").sum())
     assert metadata["evaluation_ci_low"] <= metadata["evaluation_pass_at_1"] <= metadata["evaluation_ci_high"]
     assert "| evaluation.grouped_statistics." in metadata["per_task"] and "/3 |" in metadata["per_task"]
     [cost] = warehouse.read("cost_ledger", {"round": key, "phase": "evaluation"}).iter_rows(named=True)

@@ -10,7 +10,7 @@ from clawloop_assets.agent_loop import rollout_row, run_rollouts
 from clawloop_assets.assets.common import ROLLOUTS_POOL, markdown_table, record_cost
 from clawloop_assets.assets.training import policy_checkpoint
 from clawloop_assets.cost import measure
-from clawloop_assets.evaluation import evaluation_tasks, pass_at_1
+from clawloop_assets.evaluation import evaluation_tasks, pass_at_1, rollout_errors
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.partitions import round_partitions
 from clawloop_assets.round_state import round_policy, workdir
@@ -67,13 +67,15 @@ def evaluation(context: dg.AssetExecutionContext, warehouse: Warehouse, sandbox:
         "own_tasks": sum(t.source == "own" for t in tasks),
         "imported_tasks": sum(t.source == "imported" for t in tasks),
         "samples_per_task": loop.evaluation_samples,
-        "excluded_rollouts": int(frame.height - score.per_task["scored"].sum()),
+        # Errored samples count as not passed (never dropped); checks.py blocks a round with too many.
+        "error_rollouts": score.errors,
+        "errors_by_status": rollout_errors(frame),
         "evaluation_set_id": set_id,
         "policy_checkpoint_id": ref.checkpoint_id,
         "seed": evaluation_sampling_seed(loop),
         "set_seconds": round(set_seconds, 2),
         "seconds": round(cost.wall_seconds, 2),
-        "per_task": markdown_table(["task", "source", "capability", "passes / k", "scored"], [
+        "per_task": markdown_table(["task", "source", "capability", "passes / k", "scored", "errors"], [
             (r["task_id"], by_task[r["task_id"]].source, by_task[r["task_id"]].capability,
-             f"{r['passes']}/{r['samples']}", r["scored"]) for r in score.per_task.iter_rows(named=True)]),
+             f"{r['passes']}/{r['samples']}", r["scored"], r["errors"]) for r in score.per_task.iter_rows(named=True)]),
     })

@@ -20,6 +20,7 @@ from clawloop_assets.assets.common import (
 )
 from clawloop_assets.assets.synthesis import candidate_tasks
 from clawloop_assets.cost import measure
+from clawloop_assets.evaluation import rollout_errors
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.partitions import round_partitions
 from clawloop_assets.round_state import (
@@ -96,11 +97,15 @@ def collect_rollouts(context, warehouse, sandbox, policy: PolicyModel, ref: Poli
 
 def rollout_metadata(rows: pl.DataFrame, cost, ref: PolicyRef) -> dict:
     scored = rows.filter(pl.col("status") == "scored")
+    errors = rollout_errors(rows)
     return {
         "upstream_round": ref.upstream_round or "none (base model)",
         "policy_checkpoint_id": ref.checkpoint_id,
         "rollouts": rows.height,
         "excluded_rollouts": rows.height - scored.height,
+        # Harness errors, shown per asset; checks.py blocks the round when there are too many.
+        "error_rollouts": sum(errors.values()),
+        "errors_by_status": errors,
         "canary_flagged_rollouts": int(rows["canary_seen"].sum()),
         "pass_rate": round(float(scored["reward"].mean()), 4) if scored.height else 0.0,
         "mean_turns": round(float(rows["turns"].mean()), 2) if rows.height else 0.0,
