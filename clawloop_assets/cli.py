@@ -4,6 +4,7 @@ Dagster instance under $CLAWLOOP_HOME (so the UI shows every run)."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import shutil
@@ -85,10 +86,109 @@ def why_stopped(result) -> str:
     return "; ".join(reasons) or "unknown reason"
 
 
-def run_rounds_with(count: int, policy: str, sandbox: str) -> list[dict]:
+# The top-level sections of a run config for round_job, as the launchpad shows them.
+RUN_CONFIG_SECTIONS = ("resources", "ops", "loggers", "execution")
+# Progress lines, not Dagster's step-by-step debug events (unless the run config sets loggers).
+DEFAULT_LOGGERS = {"console": {"config": {"log_level": "INFO"}}}
+RUN_CONFIG_EXAMPLE = """\
+--config FILE takes the YAML run config the Dagster launchpad takes for
+round_job, e.g.:
+
+  resources:
+    loop:
+      config:
+        candidates_per_round: 256
+        round_temperatures: [0.7, 0.95]
+        temperature: 0.7
+
+Every field of `loop` is in clawloop_assets/loop_config.py (and in the
+launchpad's schema); each is checked before a round starts. The same config
+applies to every round of the command.
+"""
+
+
+def validation_messages(exc, prefix: str = "") -> list[str]:
+    """One line per error of a pydantic ValidationError: the field's dotted
+    path (after `prefix`), what is wrong, and the value given."""
+    lines = []
+    for error in exc.errors():
+        field = ".".join(str(part) for part in error["loc"])
+        where = ".".join(part for part in (prefix, field) if part)
+        message = error["msg"].removeprefix("Value error, ")
+        given = f" (got {error['input']!r})" if error["loc"] and error["type"] != "missing" else ""
+        lines.append(f"{where}: {message}{given}" if where else message)
+    return lines
+
+
+def load_run_config(path: Path) -> dict:
+    """The run config in `path`, with its `loop` config checked as the resource
+    will check it; SystemExit naming the file and the field otherwise."""
+    import yaml
+    from pydantic import ValidationError
+
+    from clawloop_assets.loop_config import LoopConfig
+
+    def refuse(why: str):
+        raise SystemExit(f"clawloop run: --config {path}: {why}")
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        refuse(f"cannot read it: {getattr(exc, 'strerror', None) or exc}")
+    try:
+        config = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        refuse(f"not valid YAML{f' (line {mark.line + 1}, column {mark.column + 1})' if mark else ''}: "
+               f"{getattr(exc, 'problem', None) or exc}")
+    config = {} if config is None else config
+    if not isinstance(config, dict):
+        refuse(f"a run config is a mapping of {', '.join(RUN_CONFIG_SECTIONS)}; got a {type(config).__name__}")
+    unknown = sorted(str(key) for key in config if key not in RUN_CONFIG_SECTIONS)
+    if unknown:
+        refuse(f"unknown section(s) {', '.join(unknown)}; a run config holds {', '.join(RUN_CONFIG_SECTIONS)}")
+    where = "resources.loop.config"
+    loop = config
+    for key in where.split("."):
+        loop = loop.get(key) if isinstance(loop, dict) else None
+        if loop is None:
+            return config  # no loop config: the defaults
+    if not isinstance(loop, dict):
+        refuse(f"{where} must be a mapping of LoopConfig fields, got {loop!r}")
+    unknown = sorted(str(name) for name in loop if name not in LoopConfig.model_fields)
+    for name in unknown:
+        close = difflib.get_close_matches(name, LoopConfig.model_fields, n=1)
+        refuse(f"{where}.{name}: not a LoopConfig field{f' (did you mean {close[0]}?)' if close else ''}")
+    # A value read from the environment ({env: VAR}) is Dagster's to resolve; it is checked when the resource starts.
+    given = {name: value for name, value in loop.items() if not (isinstance(value, dict) and set(value) == {"env"})}
+    try:
+        LoopConfig(**given)
+    except ValidationError as exc:
+        refuse("; ".join(validation_messages(exc, where)))
+    except TypeError as exc:  # e.g. a non-string key
+        refuse(f"{where}: {exc}")
+    return config
+
+
+def check_home_writable(*, dagster: bool = False) -> None:
+    """SystemExit with one line naming the path and the cause when
+    $CLAWLOOP_HOME (and with `dagster`, $DAGSTER_HOME) cannot be written."""
+    homes = [("$CLAWLOOP_HOME", paths.clawloop_home())]
+    if dagster:
+        homes.append(("$DAGSTER_HOME", paths.dagster_home()))
+    for name, home in homes:
+        try:
+            paths.check_writable(home)
+        except OSError as exc:
+            raise SystemExit(f"clawloop: cannot write to {name} ({home}): {exc.strerror or exc}") from None
+
+
+def run_rounds_with(count: int, policy: str, sandbox: str, run_config: dict | None = None,
+                    config_path: Path | None = None) -> list[dict]:
     """Run rounds on the chosen backends. `vllm` starts a local vLLM server
     (from `make vllm-backend`'s environment) for the duration and points the
-    OpenAI-compatible policy at it."""
+    OpenAI-compatible policy at it. `run_config` (from `config_path`) is the
+    launchpad's run config for round_job."""
     os.environ["CLAWLOOP_SANDBOX"] = sandbox
     if sandbox == "docker":
         from resources.sandbox import DockerSandbox
@@ -96,7 +196,7 @@ def run_rounds_with(count: int, policy: str, sandbox: str) -> list[dict]:
         DockerSandbox().check_available()  # raises with the fix before a round starts
     if policy != "vllm":
         os.environ["CLAWLOOP_POLICY"] = policy
-        return run_rounds(count)
+        return run_rounds(count, run_config, config_path)
     from resources.embedded_model import ensure_base_model
     from resources.vllm_server import VLLMServer
 
@@ -104,19 +204,28 @@ def run_rounds_with(count: int, policy: str, sandbox: str) -> list[dict]:
         print(f"starting the vLLM server (log: {server.log_path})", flush=True)
         os.environ["CLAWLOOP_POLICY_URL"] = server.start(ensure_base_model(paths.model_cache_dir()))
         os.environ["CLAWLOOP_POLICY"] = "openai"
-        return run_rounds(count)
+        return run_rounds(count, run_config, config_path)
 
 
-def run_rounds(count: int) -> list[dict]:
+def run_rounds(count: int, run_config: dict | None = None, config_path: Path | None = None) -> list[dict]:
     prepare_dagster_home()
     import dagster as dg
 
     from clawloop_assets.definitions import defs
     from clawloop_assets.partitions import round_partitions
 
+    job = defs.resolve_job_def("round_job")
+    run_config = {"loggers": DEFAULT_LOGGERS, **(run_config or {})}
+    try:
+        # The whole config against round_job's schema (the backends' resources too), before a round starts.
+        dg.validate_run_config(job, run_config)
+    except dg.DagsterInvalidConfigError as exc:
+        source = f"--config {config_path}" if config_path else "the run config"
+        # Dagster's message, less the whole expected schema it appends.
+        reasons = [error.message.split(" Expected: ")[0] for error in exc.errors]
+        raise SystemExit(f"clawloop run: {source}: " + "; ".join(reasons)) from None
     summaries = []
     with dg.DagsterInstance.get() as instance:
-        job = defs.resolve_job_def("round_job")
         for _ in range(count):
             key = next_round_key()
             if not instance.has_dynamic_partition(round_partitions.name, key):
@@ -126,8 +235,7 @@ def run_rounds(count: int) -> list[dict]:
                 instance=instance,
                 partition_key=key,
                 raise_on_error=False,
-                # Progress lines, not Dagster's step-by-step debug events.
-                run_config={"loggers": {"console": {"config": {"log_level": "INFO"}}}},
+                run_config=run_config,
             )
             if not result.success:
                 raise SystemExit(f"{key} stopped: {why_stopped(result)}. See the run in the Dagster UI (make ui) or the log above.")
@@ -154,8 +262,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="clawloop", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("setup", help="check the sandbox and prepare the embedded model")
-    run = commands.add_parser("run", help="run the next round(s) of the loop")
+    run = commands.add_parser("run", help="run the next round(s) of the loop", epilog=RUN_CONFIG_EXAMPLE,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("--rounds", type=int, default=1)
+    run.add_argument("--config", type=Path, metavar="FILE",
+                     help="a YAML run config for round_job, the one the Dagster launchpad takes (see below)")
     run.add_argument("--policy", choices=["embedded", "vllm", "openai"], default=os.environ.get("CLAWLOOP_POLICY", "embedded"),
                      help="embedded: transformers in-process; vllm: start a local vLLM server for the run; "
                           "openai: the server at $CLAWLOOP_POLICY_URL")
@@ -183,6 +294,11 @@ def main(argv: list[str] | None = None) -> None:
     harbor_export.add_argument("--round", required=True, help="round key, e.g. round-0001")
     harbor_export.add_argument("--out", type=Path, required=True, help="a directory that does not exist yet")
     args = parser.parse_args(argv)
+    if args.command == "run" and args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    # Commands that store under $CLAWLOOP_HOME: one line naming the path and the cause, before anything runs.
+    if args.command in ("setup", "run", "transfer") or (args.command == "harbor-import" and args.dest is None):
+        check_home_writable(dagster=args.command in ("setup", "run"))
     if args.command == "harbor-import":
         from clawloop_assets.harbor import HarborTaskError, import_harbor_directory, render_import_table
         from resources.sandbox import BubblewrapSandbox, DockerSandbox
@@ -218,9 +334,8 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "setup":
         setup()
     elif args.command == "run":
-        if args.rounds < 1:
-            parser.error("--rounds must be at least 1")
-        run_rounds_with(args.rounds, args.policy, args.sandbox)
+        run_config = load_run_config(args.config) if args.config else None
+        run_rounds_with(args.rounds, args.policy, args.sandbox, run_config, args.config)
 
 
 if __name__ == "__main__":

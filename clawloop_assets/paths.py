@@ -42,6 +42,21 @@ def evaluation_imports_dir() -> Path:
     return clawloop_home() / "evaluation" / "imported"
 
 
+def check_writable(directory: Path) -> None:
+    """Create `directory` if need be, then write, sync and remove a probe file
+    in it. Raises OSError (read-only, full, not a directory, ...) before
+    anything is stored there; nothing already there is touched."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, probe = tempfile.mkstemp(prefix=".clawloop-write-probe-", dir=directory)
+    try:
+        os.write(fd, b"\0")
+        os.fsync(fd)  # a full disk may only say so here
+    finally:
+        os.close(fd)
+        os.unlink(probe)
+
+
 @contextmanager
 def staged_directory(final: Path, replace: bool = False) -> Iterator[Path]:
     """A new directory beside `final` to write into, renamed to `final` when
