@@ -45,7 +45,7 @@ from typing import Any
 
 from clawloop_assets.paths import staged_directory
 from clawloop_assets.task_bundle import TaskBundle, TaskBundleError, load_task_bundle, write_task_toml
-from resources.sandbox import Mount, Sandbox, SandboxError, SandboxLimits, special_files
+from resources.sandbox import VERIFIER_UID, Mount, Sandbox, SandboxError, SandboxLimits, copy_tree_safely
 
 HARBOR_CAPABILITY = "harbor"
 CHECK_TYPE = "harbor_test_sh"
@@ -683,7 +683,8 @@ def harbor_verifier_mounts(bundle: TaskBundle, final_workspace: Path, scratch: P
     if check is None:
         return None
     app, logs = scratch / "harbor-workdir", scratch / "harbor-logs"
-    shutil.copytree(final_workspace, app, symlinks=True, ignore=special_files)  # a FIFO would block the copy
+    # `final_workspace` is already run_verifier's bounded copy: this one cannot go over its limits.
+    copy_tree_safely(final_workspace, app, owner=(VERIFIER_UID, VERIFIER_UID))
     contract = app / "CONTRACT.md"
     if check.get("added_contract") and contract.is_file() and not contract.is_symlink():
         if contract.read_bytes() == bundle.contract_path.read_bytes():

@@ -2,7 +2,12 @@
 own, and turns what it wrote into a `VerifierResult`.
 
 A verifier that crashes, times out or writes no valid result is an error,
-recorded with its reason; it is never a reward of 0.
+recorded with its reason; it is never a reward of 0. The verifier runs as
+VERIFIER_UID, not the agent's uid, on a copy of the final workspace with
+plain modes owned by that uid: whatever modes the agent left (a mode-000
+deliverable, an unsearchable directory), the verifier reads what is there,
+and nothing the agent's processes set up reaches it. A workspace too large or
+too deep to copy is the agent's failure, a reward of 0 with the reason.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from pathlib import Path
 
 from clawloop_assets.harbor import harbor_verifier_mounts
 from clawloop_assets.task_bundle import TaskBundle, TaskBundleError
-from resources.sandbox import Mount, Sandbox, SandboxLimits
+from resources.sandbox import VERIFIER_UID, Mount, Sandbox, SandboxLimits, copy_tree_safely
 
 VERIFIER_LIMITS = SandboxLimits(wall_seconds=30.0, cpu_seconds=20)
 VERIFIER_ARGV = (
@@ -38,11 +43,26 @@ class VerifierResult:
 def run_verifier(
     sandbox: Sandbox, bundle: TaskBundle, final_workspace: Path, limits: SandboxLimits = VERIFIER_LIMITS
 ) -> VerifierResult:
-    """`final_workspace` is mounted read-only and must be readable by the
-    sandbox uid (workspaces the sandbox wrote are)."""
+    """`final_workspace` is copied (never mounted itself) and the copy mounted
+    read-only; the host process must be able to read it (root can, whatever
+    the modes)."""
     started = time.monotonic()
+    final_workspace = Path(final_workspace)
+    if final_workspace.is_symlink() or not final_workspace.is_dir():
+        return VerifierResult("error", None, error=f"final workspace {final_workspace} is not a directory",
+                              seconds=time.monotonic() - started)
     with tempfile.TemporaryDirectory(prefix="clawloop-verify-") as tmp:
         tmp_path = Path(tmp)
+        workspace = tmp_path / "workspace"
+        try:
+            copy = copy_tree_safely(final_workspace, workspace, owner=(VERIFIER_UID, VERIFIER_UID))
+        except OSError as exc:  # the host's failure (a full disk), not the agent's
+            return VerifierResult("error", None, error=f"could not copy the final workspace for the verifier: {exc}",
+                                  seconds=time.monotonic() - started)
+        if copy.over_limit is not None:
+            check = {"name": "workspace within the copy limits", "passed": False,
+                     "detail": f"the final workspace holds {copy.over_limit}: it cannot be verified"}
+            return VerifierResult("scored", 0.0, checks=[check], seconds=time.monotonic() - started)
         # Pristine copies each time: nothing a previous run (or the agent) did
         # to the bundle's files reaches this verifier.
         tests, answer, result = tmp_path / "tests", tmp_path / "answer", tmp_path / "result"
@@ -52,14 +72,14 @@ def run_verifier(
         for directory in (tmp_path, tests, answer):
             os.chmod(directory, 0o755)
         mounts = [
-            Mount(Path(final_workspace), "/workspace"),
+            Mount(workspace, "/workspace"),
             Mount(tests, "/tests"),
             Mount(answer, "/answer"),
             Mount(result, "/result", writable=True),
         ]
         # An imported Harbor task's test.sh expects its WORKDIR and /logs/verifier.
         try:
-            harbor = harbor_verifier_mounts(bundle, Path(final_workspace), tmp_path)
+            harbor = harbor_verifier_mounts(bundle, workspace, tmp_path)
         except TaskBundleError as exc:
             return VerifierResult("error", None, error=str(exc), seconds=time.monotonic() - started)
         if harbor is not None:
@@ -71,6 +91,7 @@ def run_verifier(
             mounts,
             cwd="/tmp",
             limits=limits,
+            uid=VERIFIER_UID,
         )
         seconds = time.monotonic() - started
         if outcome.timed_out:
