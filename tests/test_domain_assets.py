@@ -10,9 +10,8 @@ import sys
 from pathlib import Path
 
 import dagster as dg
-import pytest
 
-from clawloop_assets.executable_domains import BUILTIN_DOMAINS_DIR, TOOL_CLI, DomainError, load_domains
+from clawloop_assets.executable_domains import BUILTIN_DOMAINS_DIR, TOOL_CLI, load_domains
 
 ROUND = "round-0001"
 
@@ -79,16 +78,58 @@ def test_rematerializing_writes_the_skills_afresh(clawloop_home):
     assert all(Path(path).is_file() for path in DuckDBWarehouse().read("domain_skills", {"round": ROUND})["script_path"])
 
 
-def test_a_user_domain_joins_without_code_and_a_broken_one_is_named(clawloop_home):
-    user = clawloop_home / "domains" / "parcel_lockers"
-    shutil.copytree(BUILTIN_DOMAINS_DIR / "order_management", user)
-    meta = json.loads((user / "domain.json").read_text())
-    (user / "domain.json").write_text(json.dumps({**meta, "id": "parcel_lockers", "title": "Parcel lockers"}))
+def user_domain(home, domain_id, title):
+    root = home / "domains" / domain_id
+    shutil.copytree(BUILTIN_DOMAINS_DIR / "order_management", root, ignore=shutil.ignore_patterns("__pycache__"))
+    meta = json.loads((root / "domain.json").read_text())
+    (root / "domain.json").write_text(json.dumps({**meta, "id": domain_id, "title": title}))
+    return root
+
+
+def test_a_user_domain_joins_without_code_and_a_broken_one_is_rejected_alone(clawloop_home):
+    from resources.warehouse import DuckDBWarehouse
+
+    user_domain(clawloop_home, "parcel_lockers", "Parcel lockers")
     assert "parcel_lockers" in {d.id for d in load_domains()}
-    assert materialize().success
-    (user / "tools.py").unlink()
-    with pytest.raises(DomainError, match="parcel_lockers: missing tools.py"):
-        load_domains()
+    broken = user_domain(clawloop_home, "broken_shop", "Broken shop")
+    (broken / "seed.py").unlink()
+    result = materialize()
+    assert result.success
+    metadata = result.asset_materializations_for_node("domain_skill_graphs")[0].metadata
+    assert metadata["domains"].value == 4 and metadata["rejected_domains"].value == 1
+    assert f"| {broken} | {broken}: missing seed.py |" in metadata["domain_rejections"].value
+    tools = DuckDBWarehouse().read("domain_tools", {"round": ROUND})
+    assert "parcel_lockers" in set(tools["domain_id"]) and "broken_shop" not in set(tools["domain_id"])
+
+
+def test_task_generators_go_on_past_a_broken_user_domain(clawloop_home):
+    """Both routes' generators are written, the domain route's from the
+    domains that load; the broken one is named in the asset's metadata."""
+    from clawloop_assets.definitions import round_assets
+    from clawloop_assets.loop_config import LoopConfig
+    from resources.embedded_policy import EmbeddedPolicyModel
+    from resources.sandbox import BubblewrapSandbox
+    from resources.training_launcher import SubprocessTrainingLauncher
+    from resources.warehouse import DuckDBWarehouse
+
+    user_domain(clawloop_home, "parcel_lockers", "Parcel lockers")
+    broken = user_domain(clawloop_home, "broken_shop", "Broken shop")
+    (broken / "seed.py").unlink()
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("rounds", [ROUND])
+    result = dg.materialize(round_assets, partition_key=ROUND, instance=instance, raise_on_error=False,
+                            selection=dg.AssetSelection.assets("task_generators").upstream(),
+                            resources={"warehouse": DuckDBWarehouse(), "policy": EmbeddedPolicyModel(),
+                                       "sandbox": BubblewrapSandbox(), "training_launcher": SubprocessTrainingLauncher(),
+                                       "loop": LoopConfig(candidates_per_round=40)})
+    assert result.success
+    generators = DuckDBWarehouse().read("generators", {"round": ROUND})
+    domain_route = set(generators.filter(generators["capability_id"] == "domain_workflow")["domain_id"])
+    assert domain_route and "broken_shop" not in domain_route
+    assert generators.filter(generators["capability_id"] != "domain_workflow").height > 0
+    metadata = result.asset_materializations_for_node("task_generators")[0].metadata
+    assert f"| {broken} | {broken}: missing seed.py |" in metadata["rejected_domains"].value
+    assert (broken / "tools.py").is_file()  # nothing of the user's removed
 
 
 def test_the_tool_runtime_tells_a_crash_from_a_refusal(tmp_path):

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from clawloop_assets import executable_domains
-from clawloop_assets.executable_domains import TOOL_CLI, DomainError, load_domain, load_domains
+from clawloop_assets.executable_domains import TOOL_CLI, DomainError, load_domain, load_domains, scan_domains
 
 BUILTIN = ("database_administration", "order_management", "warehouse_load_planning")
 
@@ -85,19 +85,80 @@ def test_id_must_match_directory(tmp_path):
         load_domain(root)
 
 
-def test_user_domains_are_read_and_may_not_reuse_a_builtin_id(tmp_path, monkeypatch):
-    home = tmp_path / "home"
-    root = copy_domain(home / "domains", as_name="my_orders")
+def user_domain(home, as_name, source="order_management"):
+    """A copy of a built-in domain under the user's root, renamed."""
+    root = copy_domain(home / "domains", source, as_name=as_name)
     meta = json.loads((root / "domain.json").read_text())
-    (root / "domain.json").write_text(json.dumps({**meta, "id": "my_orders"}))
+    (root / "domain.json").write_text(json.dumps({**meta, "id": as_name}))
+    return root
+
+
+def test_user_domains_are_read_and_may_not_reuse_a_builtin_id(tmp_path):
+    home = tmp_path / "home"
+    root = user_domain(home, "my_orders")
     assert "my_orders" in {d.id for d in load_domains()}
     (root / "tools.py").unlink()
-    with pytest.raises(DomainError, match="my_orders: missing tools.py"):
-        load_domains()
+    domains, rejected = scan_domains()
+    assert "my_orders" not in {d.id for d in domains} and set(BUILTIN) <= {d.id for d in domains}
+    assert [(r.root, r.reason) for r in rejected] == [(root, f"{root}: missing tools.py")]
     shutil.rmtree(root)
     copy_domain(home / "domains")
-    with pytest.raises(DomainError, match="already defined"):
-        load_domains()
+    domains, rejected = scan_domains()
+    assert [d.root for d in domains if d.id == "order_management"] == [
+        executable_domains.BUILTIN_DOMAINS_DIR / "order_management"]
+    assert len(rejected) == 1 and "already defined" in rejected[0].reason
+
+
+def _replace(name, text):
+    return lambda root: (root / name).write_text(text)
+
+
+# Each damage to a user domain: the file its rejection starts with, and what it says.
+MALFORMED = {
+    "missing seed.py": (lambda root: (root / "seed.py").unlink(), "", "missing seed.py"),
+    "missing domain.json": (lambda root: (root / "domain.json").unlink(), "", "missing domain.json"),
+    "seed.py not Python": (_replace("seed.py", "def populate(db, rng, size)\n"), "seed.py", "not valid Python"),
+    "seed.py without populate": (_replace("seed.py", "def fill(db, rng, size):\n    pass\n"), "seed.py",
+                                 "defines no populate"),
+    "schema.sql not SQL": (_replace("schema.sql", "CREATE TABLE orders (;\n"), "schema.sql", "does not build in SQLite"),
+    "a business key without its table": (
+        _replace("schema.sql", "CREATE TABLE customers (customer_id TEXT PRIMARY KEY);\n"),
+        "domain.json", "names tables schema.sql does not create"),
+    "tools.py not Python": (_replace("tools.py", "def reserve(db, sku: str) -> dict\n"), "tools.py", "syntax error"),
+    "tools.py not UTF-8": (lambda root: (root / "tools.py").write_bytes(b"\xff\xfe def x"), "tools.py",
+                           "cannot be read"),
+    "tools.py without tools": (_replace("tools.py", "def _helper(db):\n    return 1\n"), "tools.py", "defines no tool"),
+    "a tool without db": (_replace("tools.py", 'def lookup(order_id: str) -> dict:\n    """Look."""\n    return {}\n'),
+                          "tools.py", "the first parameter must be `db`"),
+    "a bad skills override": (_replace("skills_override.json", '[{"skill_id": "x"}'), "skills_override.json",
+                              "not valid JSON"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_a_malformed_user_domain_is_rejected_alone_naming_its_file(tmp_path, case):
+    damage, file, reason = MALFORMED[case]
+    home = tmp_path / "home"
+    good = user_domain(home, "parcel_lockers")
+    bad = user_domain(home, "broken_shop")
+    damage(bad)
+    domains, rejected = scan_domains()
+    assert {"parcel_lockers", *BUILTIN} == {d.id for d in domains}
+    assert [r.root for r in rejected] == [bad]
+    assert rejected[0].reason.startswith(str(bad / file) if file else str(bad)), rejected[0].reason
+    assert reason in rejected[0].reason, rejected[0].reason
+    assert [d.id for d in load_domains()] == [d.id for d in domains]
+    assert good.is_dir() and bad.is_dir()  # nothing removed
+
+
+def test_a_malformed_builtin_domain_still_raises(tmp_path, monkeypatch):
+    """A built-in domain is the code's own: broken, it is a bug to fix, not a domain to skip."""
+    builtin = tmp_path / "builtin"
+    root = copy_domain(builtin)
+    (root / "seed.py").unlink()
+    monkeypatch.setattr(executable_domains, "BUILTIN_DOMAINS_DIR", builtin)
+    with pytest.raises(DomainError, match="missing seed.py"):
+        scan_domains()
 
 
 # --- schema and seed ----------------------------------------------------------------------------------------

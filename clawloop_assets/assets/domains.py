@@ -29,13 +29,17 @@ def domain_skill_graphs(context: dg.AssetExecutionContext, warehouse: Warehouse,
     a prior: the domain's skills_override.json (a person's), then, where a
     capable model is configured (`generator_source = "model"`), the round's
     input policy may move tools with a stated reason; a review that does not
-    hold up is recorded and the prior stands."""
+    hold up is recorded and the prior stands. A malformed user domain is
+    rejected alone, with its file and reason in the metadata."""
     key = context.partition_key
     root = workdir(key, "domains")
     tool_rows, edge_rows, skill_rows = [], [], []
     sections, reviews = [], []
     review = _model_review(warehouse, policy, loop, key) if loop.generator_source == "model" else None
-    for domain in executable_domains.load_domains():
+    domains, rejected = executable_domains.scan_domains()
+    for bad in rejected:
+        context.log.warning(f"user domain rejected: {bad.reason}")
+    for domain in domains:
         source = domain.tools_source
         graph = domain_graph.extract_graph(domain.id, source, str(domain.path("tools.py")))
         skills, decisions = domain_graph.apply_overrides(
@@ -82,6 +86,8 @@ def domain_skill_graphs(context: dg.AssetExecutionContext, warehouse: Warehouse,
         warehouse.replace(table, table_frame(table, rows), {"round": key})
     return dg.MaterializeResult(metadata={
         "domains": len(sections),
+        "rejected_domains": len(rejected),
+        "domain_rejections": markdown_table(["domain directory", "reason"], [(d.root, d.reason) for d in rejected]),
         "tools": len(tool_rows),
         "edges": len(edge_rows),
         "skills": len(skill_rows),

@@ -9,7 +9,7 @@ import polars as pl
 from clawloop_assets import catalogs, curriculum
 from clawloop_assets.assets.common import WAREHOUSE_WRITER_POOL, markdown_table, record_cost
 from clawloop_assets.cost import measure
-from clawloop_assets.executable_domains import load_domains
+from clawloop_assets.executable_domains import load_domains, scan_domains
 from clawloop_assets.generators.generator_common import WARMUP_OPERATIONS
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.model_generators import GeneratorReplyError, generator_prompt, write_model_generator
@@ -260,7 +260,9 @@ def task_generators(context: dg.AssetExecutionContext, warehouse: Warehouse, loo
                      "reason": reason, "path": None if reason else str(directory)})
     warehouse.replace("generators", table_frame("generators", rows), {"round": key})
     rejected = [r for r in rows if r["status"] == "rejected"]
+    rejected_domains = scan_domains()[1]  # left out of the domain route, the round goes on with the rest
     return dg.MaterializeResult(metadata={
+        "rejected_domains": markdown_table(["domain directory", "reason"], [(d.root, d.reason) for d in rejected_domains]),
         "generators": len(rows),
         "source": loop.generator_source,
         "rejected": len(rejected),
