@@ -26,6 +26,36 @@ writes no bundle. Packages are probed inside the real sandbox.
 
 Export writes one of our bundles in the same layout, its verifier
 (generators/verify.py with answer.json) copied into tests/.
+
+What the Harbor model cannot exclude: test.sh often runs code the agent
+wrote (its program, its module under test), and that code runs as the
+tests' own uid, with the tests' mounts. It can do whatever test.sh can:
+write /logs/verifier/reward.txt, make it read-only so test.sh cannot
+overwrite it, kill test.sh's process group or the wrapper itself, or hang.
+No uid separation inside one test.sh run can stop it; what we do instead:
+
+- The reward directory is made fresh for each verification, after the
+  agent's last command (`harbor_verifier_mounts`), owned by the verifier's
+  uid with mode 0755, so the agent's own commands (another uid, another
+  sandbox run) never had it; the wrapper refuses to start unless it is
+  empty and its uid's.
+- A reward counts only when test.sh exits 0 within its timeout and the
+  reward file is a regular file the tests' uid wrote and left writable,
+  with one link, in a directory whose owner and modes did not change.
+  Otherwise the rollout scores 0 with the reason: killed, timed out or
+  tampered with is the agent's failure, never an error that would exclude it.
+- Every process test.sh left is killed before the reward is read, and the
+  result is written after that, replacing whatever is at its path.
+- A wrapper killed by SIGKILL (the agent's code can do it) scores 0
+  (run_verifier). A test.sh that exits without writing any reward, or with
+  one that is not a number in [0, 1], is the task's crash and stays an error.
+
+What remains: agent code that changes the tests' verdict from inside
+(a conftest.py in the WORKDIR that pytest loads, a program that prints what
+the tests look for, a process that rewrites the reward in the moment
+between test.sh's own write and its exit) is not told apart from the tests' own work. Only tasks whose
+tests do not run or load agent code are immune; those that do are as
+trustworthy as their test.sh makes them.
 """
 
 from __future__ import annotations
@@ -689,7 +719,10 @@ def harbor_verifier_mounts(bundle: TaskBundle, final_workspace: Path, scratch: P
     if check.get("added_contract") and contract.is_file() and not contract.is_symlink():
         if contract.read_bytes() == bundle.contract_path.read_bytes():
             contract.unlink()  # ours, not the task's: its tests never saw it
-    (logs / "verifier").mkdir(parents=True)
+    # Made here, after the agent's last command, and never reused: mkdir
+    # fails on anything already there.
+    logs.mkdir()
+    (logs / "verifier").mkdir()
     for directory in (app, logs, logs / "verifier"):
         os.chmod(directory, 0o755)
     # /logs mounted as well: bubblewrap would create it root-only (0700),
@@ -704,17 +737,27 @@ def harbor_verifier_mounts(bundle: TaskBundle, final_workspace: Path, scratch: P
 _WRAPPER = r'''#!/usr/bin/env python3
 """ClawLoop's verifier for an imported Harbor task: runs the task's own
 tests/test.sh in its WORKDIR and turns /logs/verifier/reward.txt (or
-reward.json) into our result. A test.sh that times out, or ends without a
-reward, or with one that is not a number in [0, 1], is a crash (the reason
-on the last line, no result written), which the runner records as a
-verifier error, never a score. Our rewards are 0 or 1: a partial reward
-counts as not passed, and its value is kept in the check's detail."""
+reward.json) into our result. Our rewards are 0 or 1: a partial reward
+counts as not passed, and its value is kept in the check's detail.
+
+test.sh may run code the agent wrote, as this wrapper's uid: a reward
+counts only when test.sh exits 0 within its timeout and the reward file is
+a plain file this uid wrote, in the fresh reward directory as it was left.
+Whatever else happens once test.sh has started (killed, timed out, a
+reward file that is a link, read-only or hard-linked, a directory whose
+modes changed) scores 0 with the reason, never a crash the agent could hide
+behind. A crash (the reason on the last line, no result written), which
+the runner records as a verifier error, is kept for the harness's and the
+task's own faults: a reward directory that is not fresh, a test.sh that
+exited (not killed) without writing a reward, or one that finished cleanly
+without a valid reward."""
 
 import argparse
 import json
 import math
 import os
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -722,24 +765,54 @@ import tempfile
 REWARD_DIR = "/logs/verifier"
 
 
+class Tampered(Exception):
+    pass
+
+
 def fail(message):
     print(message, flush=True)
     sys.exit(2)
 
 
+def end_every_other_process():
+    # Whatever test.sh left running (the agent's code, as this uid) is
+    # killed before the reward is read: nothing can change it after.
+    for _ in range(3):
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        except PermissionError:
+            return
+
+
+def plain_file(path):
+    # The reward must be a regular file this uid wrote and left writable:
+    # a link, a hard link or a file made read-only (so that test.sh could
+    # not overwrite it) is not the tests' verdict.
+    info = os.lstat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise Tampered(f"{os.path.basename(path)} is not a regular file")
+    if info.st_uid != os.getuid() or info.st_nlink != 1:
+        raise Tampered(f"{os.path.basename(path)} is not a file the tests wrote (owner or links changed)")
+    if not info.st_mode & stat.S_IWUSR:
+        raise Tampered(f"{os.path.basename(path)} was made read-only")
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        return f.read(1 << 16)
+
+
 def read_reward():
     text_path, json_path = os.path.join(REWARD_DIR, "reward.txt"), os.path.join(REWARD_DIR, "reward.json")
-    if os.path.isfile(text_path):
-        with open(text_path, "rb") as f:
-            raw = f.read(200).decode("utf-8", "replace").strip()
+    if os.path.lexists(text_path):
+        raw = plain_file(text_path)[:200].decode("utf-8", "replace").strip()
         try:
             value = float(raw)
         except ValueError:
             fail(f"tests/test.sh wrote reward.txt {raw[:60]!r}, not a number in [0, 1]")
         source = "reward.txt"
-    elif os.path.isfile(json_path):
-        with open(json_path, "rb") as f:
-            raw = f.read(1 << 16).decode("utf-8", "replace")
+    elif os.path.lexists(json_path):
+        raw = plain_file(json_path).decode("utf-8", "replace")
         try:
             value = json.loads(raw)["reward"]
         except (ValueError, KeyError, TypeError):
@@ -754,6 +827,22 @@ def read_reward():
     return value, source
 
 
+def write_result(path, name, passed, detail):
+    # Code test.sh ran may have left anything at the result's path or
+    # changed its directory's modes: the directory is ours, so both are reset.
+    directory = os.path.dirname(path)
+    os.chmod(directory, 0o755)
+    if os.path.lexists(path):
+        if os.path.isdir(path) and not os.path.islink(path):
+            os.rmdir(path)
+        else:
+            os.unlink(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump({"reward": 1.0 if passed else 0.0,
+                   "checks": [{"name": name, "passed": passed, "detail": detail[:500]}]}, f)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--workspace", required=True)
@@ -762,7 +851,13 @@ def main():
     args = parser.parse_args()
     with open(args.answer, encoding="utf-8") as f:
         check = next(c for c in json.load(f)["checks"] if c["type"] == "harbor_test_sh")
+    name = check.get("name", "harbor_reward")
     timeout = float(check["timeout_s"])
+    # Made by the harness for this run, after the agent's last command: if
+    # it is not empty and ours, the harness failed.
+    fresh = os.lstat(REWARD_DIR)
+    if not stat.S_ISDIR(fresh.st_mode) or fresh.st_uid != os.getuid() or os.listdir(REWARD_DIR):
+        fail(f"{REWARD_DIR} is not a fresh, empty directory of the verifier's uid")
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", **check.get("env", {})}
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen(["bash", "/tests/test.sh"], cwd=check["workdir"], env=env, stdin=subprocess.DEVNULL,
@@ -770,22 +865,38 @@ def main():
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            fail(f"tests/test.sh timed out after {timeout:g}s")
+            code = None
+        end_every_other_process()
+        proc.wait()
         log.seek(0)
         output = log.read().decode("utf-8", "replace")
-    value, source = read_reward()
-    if value is None:
-        last = (output.strip().splitlines() or ["no output"])[-1][:200]
+    last = (output.strip().splitlines() or ["no output"])[-1][:200]
+    if code is None:
+        write_result(args.result, name, False, f"tests/test.sh did not finish within {timeout:g}s: no reward counts")
+        return
+    wrote = any(os.path.lexists(os.path.join(REWARD_DIR, n)) for n in ("reward.txt", "reward.json"))
+    if code > 0 and not wrote:
+        # The task's tests crashed before any reward: its fault, an error.
         fail(f"tests/test.sh exited with code {code} and wrote no {REWARD_DIR}/reward.txt (last output: {last})")
+    if code != 0:
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        write_result(args.result, name, False, f"tests/test.sh {how}: its reward does not count (last output: {last})")
+        return
+    directory = os.lstat(REWARD_DIR)
+    try:
+        if directory.st_uid != fresh.st_uid or stat.S_IMODE(directory.st_mode) != stat.S_IMODE(fresh.st_mode):
+            raise Tampered(f"{REWARD_DIR} had its owner or modes changed")
+        value, source = read_reward()
+    except Tampered as exc:
+        write_result(args.result, name, False, f"reward not counted: {exc}")
+        return
+    if value is None:
+        fail(f"tests/test.sh exited with code 0 and wrote no {REWARD_DIR}/reward.txt (last output: {last})")
     passed = value == 1.0
-    detail = f"{source} says {value:g}; test.sh exited with code {code}"
+    detail = f"{source} says {value:g}; test.sh exited with code 0"
     if not passed and value > 0:
         detail += " (partial credit counts as not passed)"
-    with open(args.result, "w", encoding="utf-8") as f:
-        json.dump({"reward": 1.0 if passed else 0.0,
-                   "checks": [{"name": check.get("name", "harbor_reward"), "passed": passed, "detail": detail}]}, f)
+    write_result(args.result, name, passed, detail)
 
 
 if __name__ == "__main__":

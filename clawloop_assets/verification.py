@@ -94,6 +94,13 @@ def run_verifier(
             uid=VERIFIER_UID,
         )
         seconds = time.monotonic() - started
+        if harbor is not None and not outcome.timed_out and outcome.exit_code in (137, -9):
+            # An imported task's tests run the agent's code as the verifier's
+            # uid, and that code can SIGKILL the wrapper (harbor.py): its
+            # doing, so a 0, never an error that would exclude the rollout.
+            check = {"name": "harbor_reward", "passed": False,
+                     "detail": "the verifier was killed (SIGKILL) while the task's tests ran: no reward counts"}
+            return VerifierResult("scored", 0.0, checks=[check], seconds=seconds)
         if outcome.timed_out:
             return VerifierResult("error", None, error=f"verifier timed out after {limits.wall_seconds:.0f}s", seconds=seconds)
         if outcome.exit_code != 0:

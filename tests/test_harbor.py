@@ -82,7 +82,6 @@ def test_imported_task_scores_its_oracle_1_and_the_untouched_workspace_0(sandbox
     ("echo 1.5 > /logs/verifier/reward.txt", "not a number in [0, 1]"),
     ("echo nan > /logs/verifier/reward.txt", "not a number in [0, 1]"),
     ("echo tests ran", "wrote no /logs/verifier/reward.txt (last output: tests ran)"),
-    ("sleep 30; echo 1 > /logs/verifier/reward.txt", "tests/test.sh timed out after 2s"),
     ("echo '{\"score\": 1}' > /logs/verifier/reward.json", "reward.json without a number 'reward'"),
 ])
 def test_a_test_sh_without_a_valid_reward_is_a_verifier_error_with_the_reason(sandbox, tmp_path, test_sh, expected):
