@@ -4,29 +4,67 @@ from conftest import SANDBOX_BACKENDS, make_sandbox
 from benchmarks import sandbox_overhead
 from clawloop_assets.catalogs import load_capability_catalog
 from clawloop_assets.curriculum import LEVELS
+from clawloop_assets.loop_config import LoopConfig
 
 
 @pytest.mark.parametrize("backend", SANDBOX_BACKENDS)
-def test_sandbox_overhead_is_reported_as_a_ratio_to_bare_bash(backend):
-    results = sandbox_overhead.measure({backend: make_sandbox(backend)}, repeats=3)
-    assert results[f"sandbox.{backend}.overhead_ratio"] == (
-        results[f"sandbox.{backend}.command_seconds"] / results["sandbox.bare_bash_seconds"]
-    )
-    # A sandbox does strictly more work than the bare command it wraps.
-    assert results[f"sandbox.{backend}.overhead_ratio"] > 1
+def test_sandbox_overhead_runs_the_command_in_the_real_sandbox(backend, monkeypatch, tmp_path):
+    sandbox = make_sandbox(backend)
+    outputs = []
+    real_run = sandbox.run
+
+    def run(*args, **kwargs):
+        outputs.append(real_run(*args, **kwargs))
+        return outputs[-1]
+
+    monkeypatch.setattr(type(sandbox), "run", lambda self, *a, **k: run(*a, **k))
+    results = sandbox_overhead.measure({backend: sandbox}, repeats=3)
+    assert len(outputs) == 4 and all(o.exit_code == 0 and o.output.strip() == "3" for o in outputs)
+    assert results[f"sandbox.{backend}.overhead_ratio"] > 1  # a sandbox wraps the bare command
 
 
-def test_synthesis_throughput_reports_rates_per_rejection_kind():
+def test_sandbox_overhead_is_the_median_command_time_over_the_median_bare_time(monkeypatch):
+    """On a clock that only the calls advance: bare bash costs 2 ms, the
+    sandbox 6, 6 and one slow outlier of 60: the medians give exactly 3."""
+    clock = {"now": 0.0}
+    monkeypatch.setattr(sandbox_overhead.time, "perf_counter", lambda: clock["now"])
+
+    def bare(*args, **kwargs):
+        clock["now"] += 0.002
+
+    costs = iter([0.006, 0.006, 0.060, 0.006])
+
+    class ClockSandbox:
+        def run(self, argv, mounts):
+            clock["now"] += next(costs)
+
+    monkeypatch.setattr(sandbox_overhead.subprocess, "run", bare)
+    results = sandbox_overhead.measure({"clock": ClockSandbox()}, repeats=3)
+    assert results["sandbox.bare_bash_seconds"] == pytest.approx(0.002)
+    assert results["sandbox.clock.command_seconds"] == pytest.approx(0.006)
+    assert results["sandbox.clock.overhead_ratio"] == pytest.approx(3.0)
+
+
+def test_synthesis_throughput_reports_rates_per_rejection_kind(monkeypatch):
     from benchmarks import synthesis_throughput
 
     capabilities = len(load_capability_catalog())
     plan = synthesis_throughput.candidate_plan(capabilities * len(LEVELS))
     # Any prefix of the plan spreads over every capability, then every level.
     assert len({c[0].id for c in plan[:capabilities]}) == capabilities and len({c[2] for c in plan}) == len(LEVELS)
+    # The real generators in the real sandbox: every candidate gets a verdict.
     results = synthesis_throughput.measure(count=6, workers=2)
     assert results["synthesis.candidates"] == 6 and results["synthesis.candidates_per_second"] > 0
-    kinds = sum(v for k, v in results.items() if k.startswith("synthesis.rejections."))
-    assert kinds == pytest.approx(results["synthesis.rejection_rate"])
+    # The rates per kind, on verdicts known in advance: 3 of 6 rejected, 2 for leakage, 1 for the oracle.
+    verdicts = {0: None, 1: "leakage: 12 in instruction.md", 2: "oracle: verifier failed", 3: None,
+                4: "leakage: key in workspace", 5: None}
+    monkeypatch.setattr(synthesis_throughput, "_build_and_validate", lambda sandbox, root, c: verdicts[c[3]])
+    known = synthesis_throughput.measure(count=6, workers=2)
+    assert known["synthesis.rejection_rate"] == pytest.approx(3 / 6)
+    assert known["synthesis.rejections.leakage"] == pytest.approx(2 / 6)
+    assert known["synthesis.rejections.oracle"] == pytest.approx(1 / 6)
+    assert {k for k in known if k.startswith("synthesis.rejections.")} == {
+        "synthesis.rejections.leakage", "synthesis.rejections.oracle"}
 
 
 # One small GRPO group for the tiny model: 4 rollouts, 16 prompt tokens, 6-10 action tokens.
@@ -222,11 +260,19 @@ def test_rollout_throughput_on_the_embedded_model():
 
     results = rollout_throughput.measure(task_count=2, samples_per_task=2)
     assert results["rollout.batched_sequences_per_call"] == 4 and results["rollout.batch1_sequences_per_call"] == 1
-    assert results["rollout.batched_tokens_per_second"] > 0 and results["rollout.batch1_tokens_per_second"] > 0
-    # The model is most of a rollout on the CPU, but never all of it (sandbox and verifier run too).
+    # Each rollout generated between one token and its turns' whole budget, on both sides.
+    settings = LoopConfig().agent_settings()
+    per_rollout = {side: results[f"rollout.{side}_tokens_per_second"] / results[f"rollout.{side}_rollouts_per_second"]
+                   for side in ("batched", "batch1")}
+    for tokens in per_rollout.values():
+        assert 1 <= tokens <= settings.max_turns * settings.max_new_tokens, per_rollout
+    # The model is part of a rollout's time, never all of it (sandbox and verifier run too).
     assert 0 < results["rollout.harness_share"] < 1
+    assert results["rollout.batched_tokenizer_share"] < results["rollout.batched_harness_share"]
     # Same tasks, seeds and streams: batching changes float rounding at most.
     assert results["rollout.identical_fraction"] >= 0.75
+    if results["rollout.identical_fraction"] == 1.0:
+        assert per_rollout["batched"] == pytest.approx(per_rollout["batch1"])
 
 
 @pytest.mark.slow

@@ -35,9 +35,11 @@ def docker_engine_running() -> bool:
         return False
 
 
-needs_docker = pytest.mark.skipif(
-    not docker_engine_running(), reason="no Docker engine running here: `make docker-backend` (as root) starts one"
-)
+@pytest.fixture(scope="module")
+def docker_engine() -> None:
+    """A running Docker engine; a missing one fails the test with the fix (never a skip)."""
+    if not docker_engine_running():
+        pytest.fail("no Docker engine running here: `make docker-backend` (as root) installs and starts one")
 
 
 def job_config(base, examples, output, **overrides) -> dict:
@@ -262,9 +264,7 @@ def test_launcher_is_chosen_by_environment_variable(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def trainer_image() -> str:
-    if not docker_engine_running():
-        pytest.skip("no Docker engine running here: `make docker-backend` (as root) starts one")
+def trainer_image(docker_engine) -> str:
     started = time.monotonic()
     # Cached by Docker after the first build (a few seconds); the wheelhouse under $CLAWLOOP_HOME.
     subprocess.run([str(REPO_ROOT / "sandbox_images/trainer/build.sh"), TRAINER_IMAGE], check=True, timeout=1800)
@@ -368,8 +368,7 @@ def test_failed_job_in_docker_raises_with_its_output(trainer_image, grpo_example
     assert trainer_containers() == before
 
 
-@needs_docker
-def test_missing_image_says_how_to_build_it(tmp_path):
+def test_missing_image_says_how_to_build_it(docker_engine, tmp_path):
     base, examples, output = paths_under(tmp_path)
 
     @dg.asset
