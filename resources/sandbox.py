@@ -1,14 +1,35 @@
 """Sandboxes for untrusted code: agent commands, model-written generators and
-verifiers all run here and nowhere else."""
+verifiers all run here and nowhere else.
+
+Both backends filter system calls with the same table (`DENIED_SYSCALLS`), in
+the manner of the Codex and Chromium Linux sandboxes: no new namespaces (so
+no user namespace in which to mount a tmpfs or gain capabilities), no
+keyrings (a channel between runs of the same uid), no mount, ptrace, bpf,
+perf, io_uring, module or kexec calls. bubblewrap loads it as a classic-BPF
+program (`seccomp_program`), Docker as a JSON profile
+(`docker_seccomp_profile`).
+
+Memory and process limits hold for the sandbox as a whole: Docker puts each
+container in a cgroup of its own; bubblewrap, run as root on a cgroup v1
+host, puts each command in a fresh memory and pids cgroup. Where no cgroup
+can be made (not root, or no v1 memory/pids controller), the bubblewrap
+backend keeps only its rlimits: the address-space limit then holds per
+process, not for the sandbox (N processes may use N times `memory_bytes`),
+and the process limit counts every process of the sandbox uid on the host.
+"""
 
 from __future__ import annotations
 
 import errno
+import hashlib
+import json
 import os
+import platform
 import select
 import shutil
 import signal
 import stat
+import struct
 import subprocess
 import tempfile
 import time
@@ -87,6 +108,206 @@ class Sandbox(dg.ConfigurableResource, ABC):
         sandbox_uid when None."""
 
 
+# System calls a sandboxed command is refused (EPERM), by name: (x86_64,
+# aarch64) numbers, None where the architecture has no such call. Chosen as
+# Chromium's and Codex's Linux sandboxes do: calls that create namespaces or
+# mounts, reach other processes or the kernel's keyrings, load code into the
+# kernel, or open a large kernel attack surface (bpf, perf, io_uring,
+# userfaultfd). Most need capabilities the sandbox lacks anyway; the filter
+# holds when a kernel or a user namespace would grant them.
+DENIED_SYSCALLS: dict[str, tuple[int | None, int | None]] = {
+    "unshare": (272, 97), "setns": (308, 268),
+    "mount": (165, 40), "umount2": (166, 39), "pivot_root": (155, 41), "chroot": (161, 51),
+    "move_mount": (429, 429), "open_tree": (428, 428), "fsopen": (430, 430), "fsconfig": (431, 431),
+    "fsmount": (432, 432), "fspick": (433, 433), "mount_setattr": (442, 442),
+    "keyctl": (250, 219), "add_key": (248, 217), "request_key": (249, 218),
+    "ptrace": (101, 117), "process_vm_readv": (310, 270), "process_vm_writev": (311, 271),
+    "bpf": (321, 280), "perf_event_open": (298, 241), "userfaultfd": (323, 282),
+    "kexec_load": (246, 104), "kexec_file_load": (320, 294),
+    "init_module": (175, 105), "finit_module": (313, 273), "delete_module": (176, 106),
+    "open_by_handle_at": (304, 265), "name_to_handle_at": (303, 264),
+    "swapon": (167, 224), "swapoff": (168, 225), "reboot": (169, 142), "syslog": (103, 116),
+    "acct": (163, 89), "quotactl": (179, 60), "quotactl_fd": (443, 443),
+    "io_uring_setup": (425, 425), "io_uring_enter": (426, 426), "io_uring_register": (427, 427),
+    "lookup_dcookie": (212, 18), "nfsservctl": (180, 42), "fanotify_init": (300, 262),
+    "settimeofday": (164, 170), "clock_settime": (227, 112), "clock_adjtime": (305, 266), "adjtimex": (159, 171),
+    "uselib": (134, None), "ustat": (136, None), "sysfs": (139, None), "_sysctl": (156, None),
+    "create_module": (174, None), "get_kernel_syms": (177, None), "query_module": (178, None),
+    "iopl": (172, None), "ioperm": (173, None),
+}
+# clone with a namespace flag is refused (EPERM); clone3 cannot be filtered
+# by its flags (they are behind a pointer), so it is ENOSYS and libc falls
+# back to clone. personality with a flag that weakens the address space
+# (no randomization, executable data, page zero mapped) is refused.
+CLONE_SYSCALL = (56, 220)
+CLONE3_SYSCALL = (435, 435)
+PERSONALITY_SYSCALL = (135, 92)
+# CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET; not
+# CLONE_NEWTIME (0x80), which in clone()'s flags is the exit signal's byte.
+CLONE_NAMESPACE_FLAGS = 0x7E020000
+# UNAME26 | ADDR_NO_RANDOMIZE | FDPIC_FUNCPTRS | MMAP_PAGE_ZERO |
+# ADDR_COMPAT_LAYOUT | READ_IMPLIES_EXEC | ADDR_LIMIT_32BIT | SHORT_INODE |
+# WHOLE_SECONDS | STICKY_TIMEOUTS | ADDR_LIMIT_3GB
+UNSAFE_PERSONALITY_FLAGS = 0x0FFE0000
+_AUDIT_ARCH = {"x86_64": (0xC000003E, 0), "aarch64": (0xC00000B7, 1)}
+_EPERM, _ENOSYS = 1, 38
+
+
+def _host_arch() -> tuple[int, int]:
+    """(AUDIT_ARCH value, column of DENIED_SYSCALLS) of this machine."""
+    arch = _AUDIT_ARCH.get(platform.machine())
+    if arch is None:
+        raise SandboxUnavailable(f"no system-call filter for this architecture ({platform.machine()})")
+    return arch
+
+
+def seccomp_program() -> bytes:
+    """The filter as bwrap's --seccomp takes it: classic BPF (struct
+    sock_filter array) over struct seccomp_data. Another architecture's
+    calls (i386 through int 0x80) kill the process; on x86_64, so do x32
+    calls (nr with bit 30 set), which would dodge the numbers below."""
+    audit_arch, column = _host_arch()
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    allow, kill = 0x7FFF0000, 0x80000000
+    nr_off, arch_off, arg0_off = 0, 4, 16  # arg0's low 32 bits (little-endian)
+    # (code, jump-if-true label, jump-if-false label, k); labels are resolved below.
+    prog: list[tuple[int, str | None, str | None, int]] = [
+        (ld, None, None, arch_off), (jeq, "arch_ok", "kill", audit_arch), ("label", "arch_ok", None, 0),
+        (ld, None, None, nr_off),
+    ]
+    if column == 0:
+        prog.append((jge, "eperm", None, 0x40000000))
+    for numbers in DENIED_SYSCALLS.values():
+        if numbers[column] is not None:
+            prog.append((jeq, "eperm", None, numbers[column]))
+    prog += [
+        (jeq, "enosys", None, CLONE3_SYSCALL[column]),
+        (jeq, "clone", None, CLONE_SYSCALL[column]),
+        (jeq, "personality", None, PERSONALITY_SYSCALL[column]),
+        (ret, None, None, allow),
+        ("label", "clone", None, 0), (ld, None, None, arg0_off), (jset, "eperm", None, CLONE_NAMESPACE_FLAGS),
+        (ret, None, None, allow),
+        ("label", "personality", None, 0), (ld, None, None, arg0_off), (jset, "eperm", None, UNSAFE_PERSONALITY_FLAGS),
+        (ret, None, None, allow),
+        ("label", "eperm", None, 0), (ret, None, None, 0x00050000 | _EPERM),
+        ("label", "enosys", None, 0), (ret, None, None, 0x00050000 | _ENOSYS),
+        ("label", "kill", None, 0), (ret, None, None, kill),
+    ]
+    labels, code = {}, []
+    for op in prog:
+        if op[0] == "label":
+            labels[op[1]] = len(code)
+        else:
+            code.append(op)
+
+    def offset(index: int, label: str | None) -> int:
+        if label is None:
+            return 0
+        jump = labels[label] - index - 1
+        assert 0 <= jump < 256, "a BPF jump offset is one byte"
+        return jump
+
+    return b"".join(struct.pack("=HBBI", c, offset(i, t), offset(i, f), k) for i, (c, t, f, k) in enumerate(code))
+
+
+def docker_seccomp_profile() -> dict:
+    """The same filter as a Docker seccomp profile (libseccomp rules)."""
+    _audit_arch, column = _host_arch()
+    denied = [name for name, numbers in DENIED_SYSCALLS.items() if numbers[column] is not None]
+    bits = lambda mask: [1 << b for b in range(32) if mask >> b & 1]  # noqa: E731
+    return {
+        "defaultAction": "SCMP_ACT_ALLOW",
+        # Only this architecture: libseccomp kills calls of any other.
+        "architectures": ["SCMP_ARCH_X86_64" if column == 0 else "SCMP_ARCH_AARCH64"],
+        "syscalls": [
+            {"names": denied, "action": "SCMP_ACT_ERRNO", "errnoRet": _EPERM},
+            {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": _ENOSYS},
+            # One rule per flag: rules for one call are alternatives, and (arg & bit) == bit is one comparison.
+            *({"names": ["clone"], "action": "SCMP_ACT_ERRNO", "errnoRet": _EPERM,
+               "args": [{"index": 0, "value": bit, "valueTwo": bit, "op": "SCMP_CMP_MASKED_EQ"}]}
+              for bit in bits(CLONE_NAMESPACE_FLAGS)),
+            *({"names": ["personality"], "action": "SCMP_ACT_ERRNO", "errnoRet": _EPERM,
+               "args": [{"index": 0, "value": bit, "valueTwo": bit, "op": "SCMP_CMP_MASKED_EQ"}]}
+              for bit in bits(UNSAFE_PERSONALITY_FLAGS)),
+        ],
+    }
+
+
+def _docker_seccomp_file() -> str:
+    """The profile written once per content (the Docker client reads a path)."""
+    text = json.dumps(docker_seccomp_profile(), indent=1)
+    path = Path(tempfile.gettempdir()) / f"clawloop-seccomp-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+    if not path.exists() or path.read_text() != text:
+        partial = path.with_suffix(f".{uuid.uuid4().hex}.tmp")
+        partial.write_text(text)
+        os.replace(partial, path)
+    return str(path)
+
+
+_CGROUP_V1 = Path("/sys/fs/cgroup")
+_CGROUP_PARENT = "clawloop-sandbox"
+
+
+class _Cgroup:
+    """A memory and a pids cgroup (v1) of one command, so that its limits
+    hold for every process of the sandbox together. `create` returns None
+    where none can be made (not root, no such controllers)."""
+
+    def __init__(self, dirs: list[Path]) -> None:
+        self.dirs = dirs
+
+    @classmethod
+    def create(cls, limits: SandboxLimits) -> _Cgroup | None:
+        if os.geteuid() != 0:
+            return None
+        controllers = [_CGROUP_V1 / "memory", _CGROUP_V1 / "pids"]
+        if not all((c / "cgroup.procs").is_file() and not (c / "cgroup.controllers").exists() for c in controllers):
+            return None
+        name = uuid.uuid4().hex[:16]
+        group = cls([])
+        try:
+            for controller in controllers:
+                directory = controller / _CGROUP_PARENT / name
+                directory.mkdir(parents=True)
+                group.dirs.append(directory)
+            memory, pids = group.dirs
+            (memory / "memory.limit_in_bytes").write_text(str(limits.memory_bytes))
+            if (memory / "memory.memsw.limit_in_bytes").exists():  # swap counts too, where swap is accounted
+                (memory / "memory.memsw.limit_in_bytes").write_text(str(limits.memory_bytes))
+            (pids / "pids.max").write_text(str(limits.max_processes))
+        except OSError:
+            group.remove()
+            return None
+        return group
+
+    def prefix(self) -> list[str]:
+        """A shell that joins the cgroups, then execs the rest of the command
+        line: the join happens before anything of the sandbox runs, and Popen
+        keeps its vfork (a preexec_fn would make it fork the whole round)."""
+        join = ('for procs in "$1" "$2"; do echo $$ > "$procs" || { echo "clawloop-cgroup: cannot join $procs" >&2; '
+                'exit 125; }; done; shift 2; exec "$@"')
+        return ["/bin/sh", "-c", join, "sh", *(str(d / "cgroup.procs") for d in self.dirs)]
+
+    def remove(self) -> None:
+        """Kill whatever is left in the cgroups, then remove them."""
+        for directory in reversed(self.dirs):
+            pause = 0.0005
+            while pause < 1:  # the exiting processes leave within milliseconds
+                try:
+                    for pid in (directory / "cgroup.procs").read_text().split():
+                        try:
+                            os.kill(int(pid), signal.SIGKILL)
+                        except ProcessLookupError:
+                            pass
+                    directory.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:  # EBUSY while the killed processes exit
+                    time.sleep(pause)
+                    pause *= 2
+
+
 class BubblewrapSandbox(Sandbox):
     """bubblewrap: pid, net, ipc, uts and mount namespaces, read-only system,
     only the given mounts writable, rlimits, and an unprivileged uid.
@@ -123,11 +344,12 @@ class BubblewrapSandbox(Sandbox):
 
     def command_line(
         self, argv: Sequence[str], mounts: Sequence[Mount], cwd: str, env: Mapping[str, str],
-        limits: SandboxLimits = SandboxLimits(), uid: int | None = None,
+        limits: SandboxLimits = SandboxLimits(), uid: int | None = None, seccomp_fd: int | None = None,
     ) -> list[str]:
         run_uid, run_gid = self._ids(uid)
         args = [
             self._bwrap(),
+            *(["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []),
             "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--hostname", "sandbox",
             "--die-with-parent", "--new-session",
@@ -169,9 +391,20 @@ class BubblewrapSandbox(Sandbox):
         uid: int | None = None,
     ) -> CommandResult:
         limits = limits or SandboxLimits()
-        args = self.command_line(argv, mounts, cwd, env or {}, limits, uid)
-        if self._as_root():
-            own_writable_mounts(mounts, *self._ids(uid))
+        # The filter goes to bwrap as a file descriptor it inherits; it loads
+        # it into the sandboxed process right before that process's exec.
+        seccomp_fd = os.memfd_create("clawloop-seccomp", os.MFD_CLOEXEC)
+        try:
+            os.write(seccomp_fd, seccomp_program())
+            os.lseek(seccomp_fd, 0, os.SEEK_SET)
+            args = self.command_line(argv, mounts, cwd, env or {}, limits, uid, seccomp_fd)
+            if self._as_root():
+                own_writable_mounts(mounts, *self._ids(uid))
+            return self._run(args, limits, seccomp_fd)
+        finally:
+            os.close(seccomp_fd)
+
+    def _run(self, args: list[str], limits: SandboxLimits, seccomp_fd: int) -> CommandResult:
         # The rlimits are set by util-linux prlimit, which then execs bwrap with
         # them, not by a preexec_fn: a preexec_fn makes Python fork() instead of
         # vfork(), and forking the round's process (the model loaded, about 2 GB)
@@ -186,22 +419,32 @@ class BubblewrapSandbox(Sandbox):
             "--",
             *args,
         ]
+        cgroup = _Cgroup.create(limits)
+        if cgroup is not None:
+            args = cgroup.prefix() + args
         try:
-            proc = subprocess.Popen(
-                args,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # one process group to kill on timeout
-                close_fds=True,
-            )
-        except OSError as exc:
-            raise SandboxError(f"could not start bubblewrap: {exc}") from exc
-        # bwrap runs with --die-with-parent and is pid 1 of its namespace:
-        # killing its group kills everything the command started.
-        result = _collect(proc, limits, kill=lambda: _kill_group(proc))
-        if not result.timed_out and result.exit_code != 0 and result.output.startswith(("bwrap:", "prlimit:")):
-            # bwrap's or prlimit's own failure (bad mount, no namespaces): not the command's.
+            try:
+                proc = subprocess.Popen(
+                    args,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # one process group to kill on timeout
+                    close_fds=True,
+                    pass_fds=(seccomp_fd,),
+                )
+            except OSError as exc:
+                raise SandboxError(f"could not start bubblewrap: {exc}") from exc
+            # bwrap runs with --die-with-parent and is pid 1 of its namespace:
+            # killing its group kills everything the command started.
+            result = _collect(proc, limits, kill=lambda: _kill_group(proc))
+        finally:
+            if cgroup is not None:
+                cgroup.remove()
+        if not result.timed_out and result.exit_code != 0 and result.output.startswith(
+            ("bwrap:", "prlimit:", "clawloop-cgroup:")
+        ):
+            # bwrap's, prlimit's or the cgroup's own failure (bad mount, no namespaces): not the command's.
             raise SandboxError(f"bubblewrap failed to start the sandbox: {result.output.strip()}")
         return result
 
@@ -541,6 +784,7 @@ class DockerSandbox(Sandbox):
             self._docker(), "run", "--rm", "--name", name,
             "--network", "none", "--hostname", "sandbox", "--ipc", "private",
             "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+            "--security-opt", f"seccomp={_docker_seccomp_file()}",
             "--user", f"{uid}:{gid}", "--init",
             "--memory", str(limits.memory_bytes), "--memory-swap", str(limits.memory_bytes),
             "--pids-limit", str(limits.max_processes),

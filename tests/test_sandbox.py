@@ -1,5 +1,9 @@
 """The bubblewrap sandbox against the real backend: isolation and limits."""
 
+import os
+import subprocess
+import time
+
 import pytest
 
 from resources.sandbox import BubblewrapSandbox, Mount, SandboxError, SandboxLimits, SandboxUnavailable
@@ -27,8 +31,19 @@ def test_no_network_and_clean_environment(tmp_path, monkeypatch):
 
 
 def test_wall_timeout_kills_the_whole_tree(tmp_path):
-    result = run(tmp_path, "sleep 100 & trap '' TERM; while :; do :; done", wall_seconds=1)
+    # The background child sleeps a duration no other process uses: after the
+    # timeout, no process of that command line may be left on the host.
+    marker = f"{100 + os.getpid() % 1000}.{time.time_ns() % 10**9}"
+    result = run(tmp_path, f"sleep {marker} & echo started; trap '' TERM; while :; do :; done", wall_seconds=1)
     assert result.timed_out and result.exit_code is None and result.seconds < 5
+    assert "started" in result.output
+    for _ in range(20):  # a killed process may take a moment to be reaped
+        left = [line for line in subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True).stdout.splitlines()
+                if line.strip() == f"sleep {marker}"]
+        if not left:
+            break
+        time.sleep(0.05)
+    assert left == [], "the command's background child outlived the timeout"
 
 
 def test_output_is_capped_and_flagged(tmp_path):

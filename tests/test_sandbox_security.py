@@ -209,3 +209,86 @@ def test_a_command_runs_as_the_uid_asked_for(sandbox, workspace):
         assert workspace.stat().st_uid == SANDBOX_UID  # handed to the uid of the last command
     else:
         assert asked.exit_code == 0
+
+
+def test_no_new_namespaces_inside(run, workspace):
+    # A user namespace inside would give the command capabilities over a
+    # mount namespace of its own (a tmpfs of any size, charged to the host).
+    result = run(workspace, "unshare -Urm sh -c 'mount -t tmpfs -o size=12g t /mnt && echo MOUNTED'; echo exit=$?; "
+                            "unshare -Ur true; echo user=$?")
+    assert "MOUNTED" not in result.output
+    assert "exit=0" not in result.output and "user=0" not in result.output
+
+
+# The calls themselves, through ctypes (x86_64 numbers): each must fail with
+# the filter's errno, where without a filter each succeeds for any uid.
+SYSCALL_PROBE = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+def call(name, nr, *args):
+    r = libc.syscall(nr, *args)
+    if r == 0 and name == "clone":
+        os._exit(0)
+    print(name, "ok" if r >= 0 else os.strerror(ctypes.get_errno()))
+call("ptrace", 101, 0, 0, 0, 0)  # PTRACE_TRACEME
+call("io_uring_setup", 425, 1, ctypes.create_string_buffer(120))
+call("personality", 135, 0x0040000)  # ADDR_NO_RANDOMIZE
+call("clone", 56, 0x10000000 | 17, 0, 0, 0, 0)  # CLONE_NEWUSER | SIGCHLD
+call("clone3", 435, 0, 0)
+call("keyctl", 250, 0, -4, 0)  # KEYCTL_GET_KEYRING_ID of the user keyring
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the probe uses x86_64 system-call numbers")
+def test_the_system_call_filter_refuses_what_it_lists(run, workspace):
+    (workspace / "probe.py").write_text(SYSCALL_PROBE)
+    result = run(workspace, "python3 probe.py; python3 -c 'import subprocess; print(subprocess.run([\"echo\", \"ran\"]))'")
+    seen = dict(line.split(" ", 1) for line in result.output.splitlines() if line.split(" ", 1)[0] in
+                {"ptrace", "io_uring_setup", "personality", "clone", "clone3", "keyctl"})
+    assert seen == {"ptrace": "Operation not permitted", "io_uring_setup": "Operation not permitted",
+                    "personality": "Operation not permitted", "clone": "Operation not permitted",
+                    "clone3": "Function not implemented", "keyctl": "Operation not permitted"}, result.output
+    assert "returncode=0" in result.output  # ordinary process creation still works (clone3 falls back to clone)
+
+
+# `keyctl add user k LEAKED @u`, then `keyctl print %user:k` in a later run,
+# as system calls (the harness image has no keyutils).
+KEY_ADD = r"""
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+print("added", libc.syscall(248, b"user", b"k", b"LEAKED", 6, -4))  # add_key to KEY_SPEC_USER_KEYRING
+"""
+KEY_READ = r"""
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+key = libc.syscall(250, 10, -4, b"user", b"k", 0)  # KEYCTL_SEARCH the user keyring
+buf = ctypes.create_string_buffer(64)
+n = libc.syscall(250, 11, key, buf, 64) if key > 0 else -1  # KEYCTL_READ
+print("read", buf.raw[:max(n, 0)].decode())
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the probe uses x86_64 system-call numbers")
+def test_the_keyring_is_no_channel_between_runs(run, workspace, tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    (workspace / "add.py").write_text(KEY_ADD)
+    (other / "read.py").write_text(KEY_READ)
+    try:
+        run(workspace, "python3 add.py")
+        result = run(other, "python3 read.py")
+        assert "read" in result.output and "LEAKED" not in result.output
+    finally:  # a leaked key would outlive the test in the uid's keyring
+        subprocess.run(["setpriv", f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups",
+                        "python3", "-c", "import ctypes; ctypes.CDLL(None).syscall(250, 7, -4)"],  # KEYCTL_CLEAR
+                       capture_output=True)
+
+
+def test_the_memory_limit_holds_for_the_sandbox_as_a_whole(run, workspace):
+    # Four processes of 700 MB each, under a 1 GiB limit: a per-process limit
+    # lets all four hold theirs at once; a whole-sandbox one cannot.
+    hold = "python3 -c 'b = b\"x\" * (700 << 20); import time; time.sleep(2); print(\"survived\")'"
+    result = run(workspace, f"for i in 1 2 3 4; do {hold} & done; wait; echo end", memory_bytes=1 << 30,
+                 wall_seconds=30)
+    assert "end" in result.output
+    assert result.output.splitlines().count("survived") <= 1
