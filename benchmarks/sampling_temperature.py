@@ -2,8 +2,8 @@
 finished round's candidates, run 8 times each by the policy that validated
 them, at each temperature given, judged by the real admission band.
 
-Not part of `make bench` (it needs a finished run); the README's "Sampling
-temperature" reports what it measured:
+Not part of `make bench` (it needs a finished run);
+docs/experiments/2026-11-30-sampling-temperature.md reports what it measured:
 
     python -m benchmarks.sampling_temperature $CLAWLOOP_HOME 2 0.7,0.85,0.9,1.0
 

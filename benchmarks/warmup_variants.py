@@ -1,6 +1,6 @@
 """How a run's warm-up variants moved from round to round, and what any mix
-of them could have admitted: the measurements behind the README's account of
-planning the warm-up tier by variant (issue 6).
+of them could have admitted: the measurements behind
+docs/experiments/2026-11-30-warmup-variant-mix.md.
 
 Not part of `make bench` (it reads finished runs):
 

@@ -24,18 +24,17 @@ budget taught nothing. The controller here:
   below the band by the same test: it keeps `min_operation_share` of the
   level's candidates, so it stays measured and trained on, and the others
   share the rest evenly. It never favours an operation: one admitted most
-  this round is the one that grows too easy by the next (measured, the
-  admission-weighted mix of ec6f337 fell to 45% in round 3). There is no
-  level below the lowest for such an operation to move to, and training may
-  not lift it for rounds (copying, behind the policy's `sudo` habit: 2-5% of
-  round 2's samples passed in two runs of three, 3 to 5 of its 18 tasks
-  admitted);
+  this round is the one that grows too easy by the next. There is no level
+  below the lowest for such an operation to move to, and training may not
+  lift it for rounds (docs/experiments/2026-11-30-warmup-variant-mix.md,
+  docs/experiments/2026-12-01-operation-holdback-and-0.95.md);
 - tilts weight toward capabilities the diagnosis found weak, and turns the
   knobs of their generators that target the root causes it found;
 - after the schedule's rounds, chooses the rollout temperature
   (choose_temperature): the pass rate a round admits most at depends on the
-  policy, and no fixed temperature suited round 3 of three measured runs;
-  the levels then see the pass rate the next round will sample at.
+  policy, and no fixed temperature suits every run
+  (docs/experiments/2026-11-30-sampling-temperature.md); the levels then see
+  the pass rate the next round will sample at.
 """
 
 from __future__ import annotations
@@ -171,8 +170,7 @@ class Controller:
     # A warm-up operation held back (clearly below the band) keeps this share of its level's candidates.
     min_operation_share: float = 0.1
     # The rollout temperature (choose_temperature): logits of pass rate lost
-    # per +1.0 of temperature, measured on the embedded model's round-3
-    # policies at 0.85-1.15 (0.55-0.86 logits per +0.1, mean 0.75; README);
+    # per +1.0 of temperature (docs/experiments/2026-12-01-temperature-controller.md);
     # the most it moves in a round; the range it stays in.
     temperature_sensitivity: float = 7.5
     max_temperature_step: float = 0.15
@@ -339,9 +337,7 @@ def choose_temperature(previous: float, validation: CellEvidence, heldout_before
     held-out split showed (the same tasks, seeds and temperature before and
     after the round's training: the training's gain alone). The temperature
     then moves to bring that prediction to the band's centre, where the
-    admission rate peaks: measured on three runs' round 3, the best
-    temperature put the pass rate at 28-40% (centre 37.5%) and admitted 81-91%,
-    while one 0.1 away admitted 12-27 points less.
+    admission rate peaks (docs/experiments/2026-12-01-temperature-controller.md).
 
     Why not the level drift (estimate_drift): across a temperature change it
     is the training's gain minus the temperature's cost. Why the temperature
@@ -423,8 +419,8 @@ def next_plan(
         chosen, why = knobs.get(capability, ((), ""))
         for level in sorted(split):
             # A warm-up task's one sentence already states its whole contract;
-            # the knobs' paragraphs would only repeat it, and measured, they cut
-            # the embedded model's pass rate on warm-up tasks from 35% to 6%.
+            # the knobs' paragraphs would only repeat it and cut the pass rate
+            # (docs/experiments/2026-11-30-warmup-levels.md).
             knobbed = chosen if level >= FIRST_KNOB_LEVEL else ()
             note = why if knobbed else (f"no knobs below level {FIRST_KNOB_LEVEL} ({why})" if why else "")
             mix, mix_why = mixes.get(level, (None, ""))

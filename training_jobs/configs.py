@@ -1,8 +1,8 @@
 """Configs of the two training jobs. One JSON object per run, from Dagster Pipes
 `extras` or from `--config FILE.json`; every field says what it does.
 
-Field defaults are the CPU recipe measured with the embedded 135M model (see
-DESIGN.md): full fine-tune, fp32, lr 1e-5, one epoch. `RECIPES` names the
+Field defaults are the CPU recipe for the embedded 135M model
+(docs/training.md): full fine-tune, fp32, lr 1e-5, one epoch. `RECIPES` names the
 two recipes a round can pick (`LoopConfig.training_recipe`): "cpu" and the
 paper's GPU recipe, "paper" (SFT lr 2e-5 / batch 128 / 3 epochs, GRPO lr 5e-7,
 beta 0.04, trajectories up to 65,536 tokens).
