@@ -16,22 +16,23 @@ import shutil
 import stat
 import time
 import zlib
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence, TypeVar
+from typing import Callable, Iterator, Sequence, TypeVar
 
 from clawloop_assets.task_bundle import TaskBundle
 from clawloop_assets.verification import run_verifier
 from resources.policy import PolicyServerError, PolicySession, SamplingParams
 from resources.sandbox import (
+    CopyReport,
     Mount,
     Sandbox,
     SandboxError,
     SandboxLimits,
-    directory_bytes,
     disk_quota,
     release_quota,
+    tree_usage,
 )
 
 T = TypeVar("T")
@@ -59,6 +60,10 @@ WORKED_EXAMPLES: list[dict[str, str]] = [
     {"role": "assistant", "content": "```bash\necho done >> status.txt\n```"},
 ]
 OBSERVATION_CHARS = 1200
+# What a workspace may hold, beyond its disk quota: past these the episode is
+# the agent's failure (a score of 0), and the copy-out stops there.
+WORKSPACE_MAX_FILES = 10_000
+WORKSPACE_MAX_DEPTH = 64
 SANDBOX_ATTEMPTS = 3  # tries of a sandbox call that fails to start before the rollout is excluded
 # Sequences per call to the policy: one batch, and one progress line per call.
 SEQUENCES_PER_CALL = 64  # head and tail of a command's output shown to the agent
@@ -107,7 +112,7 @@ class Rollout:
     canary_seen: bool = False  # the task's canary showed up: the agent reached hidden files
     status: str = "scored"  # or "verifier_error" / "sandbox_error" / "policy_error": excluded, never scored
     reward: float | None = None
-    error: str | None = None
+    error: str | None = None  # why it was excluded, or why a scored rollout got 0 without its verifier
     verifier_checks: list[dict] = field(default_factory=list)
     prompt_tokens: int = 0
     generated_tokens: int = 0
@@ -173,11 +178,44 @@ def run_rollouts(
                 if workspace.exists():
                     shutil.rmtree(workspace)
                 rollout = Rollout(task=task, sample_index=index, workspace=workspace, quota_bytes=quota)
-                rollout.quota_enforced = quotas.enter_context(disk_quota(workspace, quota))
+                quotas.enter_context(_workspace_quota(rollout))
                 shutil.copytree(task.environment_dir, workspace, symlinks=True, dirs_exist_ok=True)
                 rollouts.append(rollout)
         _run_turns(session, sandbox, tasks, rollouts, samples_per_task, settings, seed, progress, first_index)
     return rollouts
+
+
+@contextmanager
+def _workspace_quota(rollout: Rollout) -> Iterator[None]:
+    """The rollout's workspace under its disk quota; at the end it is copied
+    out, and what goes wrong there stays with this rollout: a workspace past
+    the copy-out's limits is the agent's 0, a failure of the copy itself the
+    harness's error."""
+    quota = disk_quota(rollout.workspace, rollout.quota_bytes, max_files=WORKSPACE_MAX_FILES,
+                       max_depth=WORKSPACE_MAX_DEPTH, on_copy=lambda report: _copied_out(rollout, report))
+    rollout.quota_enforced = quota.__enter__()
+    try:
+        yield
+    finally:
+        try:
+            quota.__exit__(None, None, None)
+        except Exception as exc:  # noqa: BLE001 - one rollout's failure, recorded on it
+            _harness_failure(rollout, f"copying the workspace out failed: {exc!r}")
+
+
+def _copied_out(rollout: Rollout, report: CopyReport) -> None:
+    if report.over_limit and rollout.status == "scored":
+        _agent_failure(rollout, f"workspace refused at copy-out: {report.over_limit}")
+
+
+def _agent_failure(rollout: Rollout, reason: str) -> None:
+    """The agent's own doing broke the episode: it scores 0, with the reason."""
+    rollout.status, rollout.reward, rollout.error, rollout.done = "scored", 0.0, reason, True
+
+
+def _harness_failure(rollout: Rollout, reason: str) -> None:
+    """The harness failed this rollout: excluded with the reason, never scored."""
+    rollout.status, rollout.reward, rollout.error, rollout.done = "sandbox_error", None, reason, True
 
 
 def run_in_waves(
@@ -231,11 +269,17 @@ def _run_turns(session, sandbox, tasks, rollouts, samples_per_task, settings, se
                 continue
             # The bundle's own turn limit holds when it is tighter than the configured one.
             last = min(settings.max_turns, rollout.task.max_turns) - 1
-            _act(rollout, sandbox, settings, is_last_turn=turn >= last, session=session)
+            try:
+                _act(rollout, sandbox, settings, is_last_turn=turn >= last, session=session)
+            except Exception as exc:  # noqa: BLE001 - one rollout's failure must not end the others
+                _harness_failure(rollout, f"the harness failed on this rollout's command: {exc!r}")
 
     progress(f"verifying {len(rollouts)} rollouts")
     for rollout in rollouts:
-        _score(rollout, sandbox)
+        try:
+            _score(rollout, sandbox)
+        except Exception as exc:  # noqa: BLE001 - likewise
+            _harness_failure(rollout, f"the harness failed scoring this rollout: {exc!r}")
 
 
 def _first_turn(session, tasks, rollouts, n, settings, seed, progress, first_index) -> None:
@@ -302,6 +346,12 @@ def _act(rollout: Rollout, sandbox: Sandbox, settings: AgentSettings, *, is_last
         rollout.commands.append("")
         rollout.exit_codes.append(None)
         observation = "Your reply held no complete command. Reply with one bash command in a ```bash block."
+    elif "\x00" in command:
+        # No command line can hold a NUL byte (exec takes C strings): the
+        # agent's error, refused like any other bad command, never run.
+        rollout.commands.append(command.replace("\x00", "\\x00"))
+        rollout.exit_codes.append(None)
+        observation = "Your command held a NUL byte and was not run. Reply with one bash command in a ```bash block."
     elif command == SUBMIT_COMMAND:
         rollout.commands.append(command)
         rollout.exit_codes.append(0)
@@ -330,12 +380,14 @@ def _act(rollout: Rollout, sandbox: Sandbox, settings: AgentSettings, *, is_last
         rollout.exit_codes.append(result.exit_code)
         rollout.last_output = result.output[-2000:]
         observation = format_observation(result.exit_code, result.output, result.timed_out)
-        if not rollout.quota_enforced and directory_bytes(rollout.workspace) > rollout.quota_bytes:
+        if not rollout.quota_enforced:
             # No quota filesystem here (not root): the episode ends at the first
             # command past the quota, and the verifier scores what is there.
-            rollout.last_output += f"\n[workspace over its {rollout.quota_bytes}-byte disk quota: episode ended]"
-            rollout.done = True
-            return
+            usage = _workspace_usage(rollout)
+            if usage.over_limit:
+                rollout.last_output += f"\n[workspace over its disk quota ({usage.over_limit}): episode ended]"
+                rollout.done = True
+                return
     if is_last_turn:
         rollout.done = True
         return
@@ -361,8 +413,19 @@ def _append_observation(session: PolicySession, rollout: Rollout, observation: s
     rollout.extend(session.encode(suffix[len(already):] + FENCE_OPEN), sampled=False)
 
 
+def _workspace_usage(rollout: Rollout) -> CopyReport:
+    """What copying the workspace out would take, against its limits:
+    apparent bytes (a sparse file counts in full), entries and depth."""
+    return tree_usage(rollout.workspace, max_files=WORKSPACE_MAX_FILES, max_depth=WORKSPACE_MAX_DEPTH,
+                      max_bytes=rollout.quota_bytes)
+
+
 def _score(rollout: Rollout, sandbox: Sandbox) -> None:
     if rollout.status in ("sandbox_error", "policy_error"):
+        return
+    usage = _workspace_usage(rollout)
+    if usage.over_limit:
+        _agent_failure(rollout, f"workspace refused: {usage.over_limit}")
         return
     if rollout.task.canary and workspace_contains(rollout.workspace, rollout.task.canary):
         rollout.canary_seen = True
@@ -383,14 +446,23 @@ def workspace_contains(workspace: Path, needle: str, max_bytes: int = 1 << 20) -
     """Whether any regular file the agent left holds `needle` in its first
     `max_bytes`. Links are never followed: they may point anywhere on the host."""
     data = needle.encode()
-    for root, _dirs, files in os.walk(workspace, followlinks=False):
-        for name in files:
-            path = os.path.join(root, name)
-            if not stat.S_ISREG(os.lstat(path).st_mode):
-                continue
-            with open(path, "rb") as f:
-                if data in f.read(max_bytes):
-                    return True
+    pending = [str(workspace)]  # iterative: a tree nested thousands deep must not recurse
+    while pending:
+        try:
+            entries = list(os.scandir(pending.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                pending.append(entry.path)
+            elif entry.is_file(follow_symlinks=False):
+                try:
+                    fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+                except OSError:
+                    continue
+                with open(fd, "rb") as f:
+                    if stat.S_ISREG(os.fstat(fd).st_mode) and data in f.read(max_bytes):
+                        return True
     return False
 
 

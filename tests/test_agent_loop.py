@@ -272,7 +272,7 @@ def test_without_a_quota_filesystem_the_episode_ends_past_the_quota(level0_task,
 
     from clawloop_assets import agent_loop
 
-    monkeypatch.setattr(agent_loop, "disk_quota", lambda directory, size: contextlib.nullcontext(False))
+    monkeypatch.setattr(agent_loop, "disk_quota", lambda directory, size, **limits: contextlib.nullcontext(False))
     settings = AgentSettings(max_turns=3, workspace_bytes=1 << 20)
     session = ScriptedSession(["head -c 3M /dev/zero > fill\n```", "ls\n```"])
     (rollout,) = run_rollouts(session, BubblewrapSandbox(), [level0_task], 1, settings, tmp_path, seed=0)
@@ -298,3 +298,44 @@ def test_a_later_wave_gives_the_rollouts_one_call_would_have(level0_task, base_c
     assert [r.sample_index for r in first + second] == list(range(8))
     for one, waved in zip(whole, first + second):
         assert one.token_ids == waved.token_ids and one.reward == waved.reward
+
+
+def test_a_reply_with_a_nul_byte_scores_0_and_the_others_go_on(level0_task, tmp_path):
+    # Such a reply made subprocess raise "embedded null byte" out of run_rollouts,
+    # losing every rollout of the call.
+    replies = [oracle_command(level0_task) + "\n```", "echo a\x00b > out.txt\n```", oracle_command(level0_task) + "\n```"]
+    solved, nul, also_solved = run_rollouts(ScriptedSession(replies), BubblewrapSandbox(), [level0_task], 3,
+                                            AgentSettings(max_turns=1), tmp_path, seed=0)
+    assert (nul.status, nul.reward) == ("scored", 0.0)
+    assert "\x00" not in nul.commands[0] and nul.exit_codes == [None]
+    assert [(r.status, r.reward) for r in (solved, also_solved)] == [("scored", 1.0)] * 2
+
+
+def test_a_workspace_past_its_limits_scores_0_with_the_reason(level0_task, tmp_path):
+    # Sparse files whose apparent size is past the quota, and a tree nested
+    # past the copy-out's depth: the agent's failures, each a 0 with its reason.
+    deep = "mkdir -p $(printf 'd/%.0s' $(seq 500))"
+    replies = [oracle_command(level0_task) + " && truncate -s 60M sparse\n```",
+               oracle_command(level0_task) + f" && {deep}\n```", oracle_command(level0_task) + "\n```"]
+    sparse, nested, solved = run_rollouts(ScriptedSession(replies), BubblewrapSandbox(), [level0_task], 3,
+                                          AgentSettings(max_turns=1, workspace_bytes=16 << 20), tmp_path, seed=0)
+    assert (sparse.status, sparse.reward) == ("scored", 0.0) and "bytes" in sparse.error
+    assert (nested.status, nested.reward) == ("scored", 0.0) and "deeper" in nested.error
+    assert (solved.status, solved.reward) == ("scored", 1.0)
+
+
+class ExplodingSandbox(BubblewrapSandbox):
+    """A harness bug that shows on one command only."""
+
+    def run(self, argv, mounts, **kwargs):
+        if "explode" in argv[-1]:
+            raise RuntimeError("harness bug")
+        return super().run(argv, mounts, **kwargs)
+
+
+def test_an_unexpected_failure_of_one_rollout_is_its_own_error(level0_task, tmp_path):
+    replies = ["echo explode\n```", oracle_command(level0_task) + "\n```"]
+    broken, solved = run_rollouts(ScriptedSession(replies), ExplodingSandbox(), [level0_task], 2,
+                                  AgentSettings(max_turns=1), tmp_path, seed=0)
+    assert broken.status == "sandbox_error" and broken.reward is None and "harness bug" in broken.error
+    assert (solved.status, solved.reward) == ("scored", 1.0)
