@@ -26,8 +26,8 @@ MAX_TEMPERATURE = 2.0
 
 class LoopConfig(dg.ConfigurableResource):
     """The knobs of one round. Each field's description says what it sets and
-    its range; the README ("Measured here", "Sampling temperature") gives the
-    measurements behind the defaults.
+    its range; docs/round.md ("The knobs of a round") and docs/experiments/
+    give the measurements behind the defaults.
 
     Values are taken as they are typed (strict): "8" is not an int and 1 is
     not a bool. Cross-field rules (the admission band within
@@ -66,8 +66,8 @@ class LoopConfig(dg.ConfigurableResource):
     # --- the agent -----------------------------------------------------------------------------------------
     max_turns: int = Field(
         default=1, ge=1,
-        description="Agent turns per rollout (>= 1). One for the embedded 135M model, which gains nothing from "
-                    "a second (README, \"Measured here\"); a capable model may take many.")
+        description="Agent turns per rollout (>= 1). One for the embedded 135M model: a second turn costs time "
+                    "and does not raise its pass rate (docs/round.md). A capable model may take many.")
     max_new_tokens: int = Field(
         default=48, ge=1, description="Tokens the policy may write per turn (>= 1).")
     temperature: float = Field(
@@ -80,7 +80,7 @@ class LoopConfig(dg.ConfigurableResource):
         description="Round k's rollouts (validation, held-out, the T_k reruns) sample at entry k, each in (0, 2]; "
                     "non-empty. After the list the controller chooses (with controlled_temperature), otherwise the "
                     "last entry repeats. A trained policy passes most tasks almost always or almost never; a higher "
-                    "temperature spreads its groups again (README, \"Sampling temperature\").")
+                    "temperature spreads its groups again (docs/experiments/2026-11-30-sampling-temperature.md).")
     controlled_temperature: bool = Field(
         default=True,
         description="After round_temperatures, the controller chooses each round's temperature "
