@@ -47,8 +47,11 @@ No uid separation inside one test.sh run can stop it; what we do instead:
 - Every process test.sh left is killed before the reward is read, and the
   result is written after that, replacing whatever is at its path.
 - A wrapper killed by SIGKILL (the agent's code can do it) scores 0
-  (run_verifier). A test.sh that exits without writing any reward, or with
-  one that is not a number in [0, 1], is the task's crash and stays an error.
+  (run_verifier). So does a test.sh that crashes, or exits without a reward
+  or with one that is not a number in [0, 1]: agent code it runs can cause
+  each, and the task itself was validated (its oracle passes) before any
+  rollout, so none of them may exclude a rollout. Only the harness's own
+  failure (a reward directory that is not fresh) is an error.
 
 What remains: agent code that changes the tests' verdict from inside
 (a conftest.py in the WORKDIR that pytest loads, a program that prints what
@@ -746,11 +749,10 @@ a plain file this uid wrote, in the fresh reward directory as it was left.
 Whatever else happens once test.sh has started (killed, timed out, a
 reward file that is a link, read-only or hard-linked, a directory whose
 modes changed) scores 0 with the reason, never a crash the agent could hide
-behind. A crash (the reason on the last line, no result written), which
-the runner records as a verifier error, is kept for the harness's and the
-task's own faults: a reward directory that is not fresh, a test.sh that
-exited (not killed) without writing a reward, or one that finished cleanly
-without a valid reward."""
+behind; so does a test.sh that crashes or leaves no valid reward, since the
+code it runs can cause that too. A crash (the reason on the last line, no
+result written), which the runner records as a verifier error, is kept for
+the harness's own fault: a reward directory that is not fresh."""
 
 import argparse
 import json
@@ -766,7 +768,7 @@ REWARD_DIR = "/logs/verifier"
 
 
 class Tampered(Exception):
-    pass
+    """What is in the reward directory is not a verdict of the tests: a score of 0 with this reason."""
 
 
 def fail(message):
@@ -809,21 +811,21 @@ def read_reward():
         try:
             value = float(raw)
         except ValueError:
-            fail(f"tests/test.sh wrote reward.txt {raw[:60]!r}, not a number in [0, 1]")
+            raise Tampered(f"reward.txt holds {raw[:60]!r}, not a number in [0, 1]")
         source = "reward.txt"
     elif os.path.lexists(json_path):
         raw = plain_file(json_path).decode("utf-8", "replace")
         try:
             value = json.loads(raw)["reward"]
         except (ValueError, KeyError, TypeError):
-            fail(f"tests/test.sh wrote reward.json without a number 'reward': {raw[:60]!r}")
+            raise Tampered(f"reward.json holds no number 'reward': {raw[:60]!r}")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            fail(f"tests/test.sh wrote reward.json with reward {value!r}, not a number in [0, 1]")
+            raise Tampered(f"reward.json holds reward {value!r}, not a number in [0, 1]")
         value, source = float(value), "reward.json"
     else:
         return None, None
     if not math.isfinite(value) or not 0.0 <= value <= 1.0:
-        fail(f"tests/test.sh wrote {source} {value!r}, not a number in [0, 1]")
+        raise Tampered(f"{source} holds {value!r}, not a number in [0, 1]")
     return value, source
 
 
@@ -874,10 +876,6 @@ def main():
     if code is None:
         write_result(args.result, name, False, f"tests/test.sh did not finish within {timeout:g}s: no reward counts")
         return
-    wrote = any(os.path.lexists(os.path.join(REWARD_DIR, n)) for n in ("reward.txt", "reward.json"))
-    if code > 0 and not wrote:
-        # The task's tests crashed before any reward: its fault, an error.
-        fail(f"tests/test.sh exited with code {code} and wrote no {REWARD_DIR}/reward.txt (last output: {last})")
     if code != 0:
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
         write_result(args.result, name, False, f"tests/test.sh {how}: its reward does not count (last output: {last})")
@@ -891,7 +889,9 @@ def main():
         write_result(args.result, name, False, f"reward not counted: {exc}")
         return
     if value is None:
-        fail(f"tests/test.sh exited with code 0 and wrote no {REWARD_DIR}/reward.txt (last output: {last})")
+        write_result(args.result, name, False, f"tests/test.sh exited with code 0 but left no {REWARD_DIR}/reward.txt: "
+                                               f"no reward counts (last output: {last})")
+        return
     passed = value == 1.0
     detail = f"{source} says {value:g}; test.sh exited with code 0"
     if not passed and value > 0:

@@ -81,18 +81,21 @@ def test_imported_task_scores_its_oracle_1_and_the_untouched_workspace_0(sandbox
     ("echo banana > /logs/verifier/reward.txt", "not a number in [0, 1]"),
     ("echo 1.5 > /logs/verifier/reward.txt", "not a number in [0, 1]"),
     ("echo nan > /logs/verifier/reward.txt", "not a number in [0, 1]"),
-    ("echo tests ran", "wrote no /logs/verifier/reward.txt (last output: tests ran)"),
-    ("echo '{\"score\": 1}' > /logs/verifier/reward.json", "reward.json without a number 'reward'"),
+    ("echo tests ran", "left no /logs/verifier/reward.txt: no reward counts (last output: tests ran)"),
+    ("echo '{\"score\": 1}' > /logs/verifier/reward.json", "reward.json holds no number 'reward'"),
+    ("echo crashed; exit 3", "tests/test.sh exited with code 3: its reward does not count (last output: crashed)"),
 ])
-def test_a_test_sh_without_a_valid_reward_is_a_verifier_error_with_the_reason(sandbox, tmp_path, test_sh, expected):
+def test_a_test_sh_without_a_valid_reward_scores_zero_with_the_reason(sandbox, tmp_path, test_sh, expected):
+    """test.sh may run the agent's code, which can cause each of these: a
+    zero, never an error that would exclude the rollout."""
     src = harbor_copy(tmp_path)
     (src / "tests" / "test.sh").write_text(f"#!/bin/bash\n{test_sh}\n")
     toml = src / "task.toml"
     toml.write_text(toml.read_text().replace("timeout_sec = 30.0", "timeout_sec = 2.0"))
     bundle = imported(sandbox, src, tmp_path)
     verdict = run_verifier(sandbox, bundle, fresh_workspace(bundle, tmp_path))
-    assert verdict.status == "error" and verdict.reward is None
-    assert expected in verdict.error
+    assert (verdict.status, verdict.reward) == ("scored", 0.0), verdict.error
+    assert expected in verdict.checks[0]["detail"]
 
 
 def test_copy_of_the_whole_context_and_of_a_glob_are_replayed(sandbox, tmp_path):
@@ -140,14 +143,21 @@ def test_a_tampered_workdir_in_the_answer_key_is_a_verifier_error(sandbox, tmp_p
     assert verdict.status == "error" and "harbor check 'workdir'" in verdict.error and "/usr/bin" in verdict.error
 
 
-def test_a_crashing_test_sh_is_an_error_not_a_score(sandbox, tmp_path):
+def test_a_crashing_test_sh_fails_its_own_oracle_so_the_task_is_refused(sandbox, tmp_path):
+    """A crash of test.sh scores 0 (agent code it runs could cause one), so a
+    task whose tests crash whatever the workspace fails agent-free validation
+    on its own oracle, with the crash in the reason."""
+    from clawloop_assets.agent_free_validation import validate_without_agent
+
     bundle = imported(sandbox, HARBOR_TASKS / "crashing-verifier", tmp_path)
     workspace = fresh_workspace(bundle, tmp_path)
     run_oracle(sandbox, bundle, workspace)
     verdict = run_verifier(sandbox, bundle, workspace)
-    assert verdict.status == "error" and verdict.reward is None
-    assert "exited with code 2 and wrote no /logs/verifier/reward.txt" in verdict.error
-    assert "check_greeting.py" in verdict.error
+    assert (verdict.status, verdict.reward) == ("scored", 0.0)
+    detail = verdict.checks[0]["detail"]
+    assert "tests/test.sh exited with code 2" in detail and "check_greeting.py" in detail
+    result = validate_without_agent(sandbox, bundle, tmp_path / "scratch")
+    assert not result.passed and "oracle solution fails its verifier" in result.reason
 
 
 def test_a_task_needing_a_package_we_lack_is_not_runnable_with_the_reason(sandbox, tmp_path):
