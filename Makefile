@@ -76,10 +76,12 @@ run: setup $(if $(filter vllm,$(POLICY)),vllm-backend) $(if $(filter docker,$(SA
 
 test: setup docker-backend vllm-backend browser postgres-backend
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 
 fast-test: setup
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -m "not slow"
 
 bench: setup docker-backend

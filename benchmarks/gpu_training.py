@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from clawloop_assets.checkpoints import write_checkpoint
+from resources.checkpoints import write_checkpoint
 from training_jobs.configs import GRPOJobConfig, SFTJobConfig, recipe_config
 from training_jobs.grpo import train_grpo
 from training_jobs.sft import train_sft

@@ -71,7 +71,7 @@ def bench_round():
 @contextmanager
 def throwaway_home() -> Iterator[Path]:
     """A fresh $CLAWLOOP_HOME for one round, sharing the converted model cache."""
-    from clawloop_assets import paths
+    from resources import paths
 
     model_cache = paths.model_cache_dir()  # resolved before $CLAWLOOP_HOME moves
     saved = {name: os.environ.get(name) for name in ("CLAWLOOP_HOME", "CLAWLOOP_MODEL_CACHE")}
@@ -114,8 +114,13 @@ def run_round(loop=None) -> tuple[dict[str, float], float]:
     wall = time.perf_counter() - started
     if not result.success:
         raise RuntimeError(f"the benchmark round failed: {why_stopped(result)}")
-    ledger = DuckDBWarehouse().read("cost_ledger", {"round": ROUND_KEY})
-    return {row["phase"]: float(row["wall_seconds"]) for row in ledger.iter_rows(named=True)}, wall
+    return ledger_seconds(DuckDBWarehouse(), ROUND_KEY), wall
+
+
+def ledger_seconds(warehouse, round_key: str) -> dict[str, float]:
+    """A finished round's cost ledger: wall seconds by phase."""
+    ledger = warehouse.read("cost_ledger", {"round": round_key})
+    return {row["phase"]: float(row["wall_seconds"]) for row in ledger.iter_rows(named=True)}
 
 
 def phase_results(ledger_seconds: Mapping[str, float], round_seconds: float) -> dict[str, object]:

@@ -470,8 +470,8 @@ def _child(args: list[str]) -> dict[str, Any]:
 
 def measure(checkpoint: Path | None = None, spec: BatchSpec = BatchSpec(), steps: int = 3) -> dict[str, float]:
     if checkpoint is None:
-        from clawloop_assets.paths import model_cache_dir
         from resources.embedded_model import ensure_base_model
+        from resources.paths import model_cache_dir
 
         checkpoint = ensure_base_model(model_cache_dir())
     results: dict[str, float] = {}

@@ -11,7 +11,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from clawloop_assets import paths
+from resources import paths
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -44,13 +44,12 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from clawloop_assets.generators.generator_common import WARMUP_OPERATIONS
+from resources.schemas import MAX_LEVEL, MIN_LEVEL
 
 # Every generator family implements levels MIN_LEVEL to MAX_LEVEL (the scale
 # in generators/generator_common.py): its own levels 0 to 5, below them the
 # two warm-up levels every family shares (one basic shell command on the
 # family's own files), so that a weak policy has tasks it sometimes solves.
-MIN_LEVEL = -2
-MAX_LEVEL = 5
 LEVELS = tuple(range(MIN_LEVEL, MAX_LEVEL + 1))
 
 

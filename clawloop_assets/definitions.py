@@ -6,8 +6,7 @@ import os
 
 import dagster as dg
 
-from clawloop_assets import checks
-from clawloop_assets.assets import diagnosis, domains, evaluation, synthesis, training, validation
+from clawloop_assets.assets import checks, diagnosis, domains, evaluation, synthesis, training, validation
 from clawloop_assets.assets.common import ROLLOUTS_POOL, WAREHOUSE_WRITER_POOL
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.schedules import nightly_round_schedule

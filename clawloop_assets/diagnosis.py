@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from clawloop_assets.schemas import ROOT_CAUSES
+from resources.schemas import ROOT_CAUSES
 
 PRODUCED_BY_EVIDENCE = "evidence_rules"
 
@@ -413,3 +413,9 @@ def render_report(
             lines.append(f"| {p.description} | {p.count} | {p.share:.0%} | {evidence} | {p.produced_by} | "
                          f"{', '.join(p.example_rollout_ids)} | {tasks} |")
     return "\n".join(lines) + "\n"
+
+
+def rejection_kind(reason: str) -> str:
+    """A rejection reason without its particulars: "leakage: answer value 12
+    appears in instruction.md" -> "leakage"."""
+    return reason.split(":", 1)[0].strip()

@@ -23,7 +23,7 @@ from typing import Callable
 
 import polars as pl
 
-from clawloop_assets import catalogs, paths
+from clawloop_assets import catalogs
 from clawloop_assets.curriculum import LEVELS
 from clawloop_assets.executable_domains import load_domains
 from clawloop_assets.synthesis import (
@@ -35,6 +35,7 @@ from clawloop_assets.synthesis import (
     write_generator,
 )
 from clawloop_assets.task_bundle import TaskBundle, TaskBundleError, load_task_bundle
+from resources import paths
 from resources.sandbox import Sandbox
 
 # Synthesis draws seed `round_number * 1000 + j` (j < the plan's candidates),

@@ -76,8 +76,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from clawloop_assets.paths import staged_directory
 from clawloop_assets.task_bundle import TaskBundle, TaskBundleError, load_task_bundle, write_task_toml
+from resources.paths import staged_directory
 from resources.sandbox import VERIFIER_UID, Mount, Sandbox, SandboxError, SandboxLimits, copy_tree_safely
 
 HARBOR_CAPABILITY = "harbor"

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable
 
 import polars as pl
 
-from clawloop_assets.schemas import ROLLOUT_PHASES
+from resources.schemas import ROLLOUT_PHASES
 from resources.warehouse import Warehouse, polars_schema
 
 

@@ -15,7 +15,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from clawloop_assets.assets.common import markdown_table
+from clawloop_assets.markdown import markdown_table
 from resources.warehouse import Warehouse
 
 

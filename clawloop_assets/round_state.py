@@ -9,10 +9,10 @@ from pathlib import Path
 
 import polars as pl
 
-from clawloop_assets import paths
-from clawloop_assets.checkpoints import checkpoint_id, verify_checkpoint
 from clawloop_assets.partitions import previous_round
 from clawloop_assets.task_bundle import TaskBundle, load_task_bundle
+from resources import paths
+from resources.checkpoints import checkpoint_id, verify_checkpoint
 from resources.policy import PolicyModel
 from resources.warehouse import Warehouse
 

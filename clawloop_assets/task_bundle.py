@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clawloop_assets.curriculum import MIN_LEVEL
+from resources.schemas import MIN_LEVEL
 
 TRACKS = ("analysis", "terminal")
 FORMATS = ("number", "text", "lines", "csv", "json", "files", "report", "tree", "sqlite", "python")

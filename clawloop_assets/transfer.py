@@ -23,12 +23,12 @@ from typing import Callable
 import polars as pl
 
 from clawloop_assets.agent_loop import rollout_row, run_rollouts
-from clawloop_assets.checkpoints import checkpoint_id, verify_checkpoint
 from clawloop_assets.loop_config import LoopConfig
-from clawloop_assets.paths import staged_directory
 from clawloop_assets.round_state import require_rows
 from clawloop_assets.task_bundle import TaskBundle, load_task_bundle
 from clawloop_assets.training_data import TRAINING_COLUMNS, write_jsonl
+from resources.checkpoints import checkpoint_id, verify_checkpoint
+from resources.paths import staged_directory
 from resources.policy import PolicyModel
 from resources.sandbox import Sandbox
 from resources.warehouse import Warehouse, table_frame

@@ -16,7 +16,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from clawloop_assets.checkpoints import (
+from resources.checkpoints import (
     CheckpointError,
     verify_checkpoint,
     write_checkpoint,
@@ -121,6 +121,6 @@ def _convert(wheel: Path, target: Path, cache_dir: Path) -> None:
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    from clawloop_assets.paths import model_cache_dir
+    from resources.paths import model_cache_dir
 
     print(ensure_base_model(model_cache_dir()))

@@ -17,8 +17,8 @@ from pydantic import Field
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 
-from clawloop_assets import paths
-from clawloop_assets.checkpoints import verify_checkpoint
+from resources import paths
+from resources.checkpoints import verify_checkpoint
 from resources.embedded_model import ensure_base_model
 from resources.policy import Completion, PolicyModel, PolicySession, SamplingParams, end_of_turn_ids
 

@@ -27,8 +27,8 @@ import requests
 from pydantic import Field
 from transformers import AutoTokenizer, GenerationConfig
 
-from clawloop_assets import paths
-from clawloop_assets.checkpoints import verify_checkpoint
+from resources import paths
+from resources.checkpoints import verify_checkpoint
 from resources.embedded_model import ensure_base_model
 from resources.policy import (
     Completion,

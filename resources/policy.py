@@ -85,4 +85,4 @@ class PolicyModel(dg.ConfigurableResource, ABC):
 
     @abstractmethod
     def load(self, checkpoint_dir: Path) -> PolicySession:
-        """Load a verified checkpoint (see clawloop_assets.checkpoints)."""
+        """Load a verified checkpoint (see resources.checkpoints)."""

@@ -334,7 +334,7 @@ class K8sTrainingLauncher(TrainingLauncher):
     def mount_path(self) -> Path:
         if self.volume_mount_path:
             return Path(os.path.normpath(self.volume_mount_path))
-        from clawloop_assets.paths import clawloop_home
+        from resources.paths import clawloop_home
 
         return clawloop_home()
 

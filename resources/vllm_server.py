@@ -23,8 +23,8 @@ from pathlib import Path
 import requests
 from safetensors.torch import load_file, save_file
 
-from clawloop_assets import paths
-from clawloop_assets.checkpoints import checkpoint_id, verify_checkpoint
+from resources import paths
+from resources.checkpoints import checkpoint_id, verify_checkpoint
 from resources.policy import PolicyServerError
 
 SERVED_MODEL_NAME = "policy"

@@ -14,9 +14,9 @@ import duckdb
 import polars as pl
 from pydantic import PrivateAttr
 
-from clawloop_assets import paths
-from clawloop_assets.schemas import TABLES
+from resources import paths
 from resources.run_lock import RunLock, acquire_run_lock
+from resources.schemas import TABLES
 
 
 def polars_schema(table: str) -> dict[str, pl.DataType]:

@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from clawloop_assets import cli, paths
+from clawloop_assets import cli
+from resources import paths
 
 
 @pytest.fixture

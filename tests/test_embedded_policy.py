@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from clawloop_assets.checkpoints import (
+from resources.checkpoints import (
     COMPLETE_MARKER,
     MANIFEST,
     CheckpointError,

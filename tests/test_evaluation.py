@@ -8,7 +8,7 @@ import shutil
 import dagster as dg
 import pytest
 
-from clawloop_assets import curriculum, paths
+from clawloop_assets import curriculum
 from clawloop_assets.assets.synthesis import candidate_assignments
 from clawloop_assets.catalogs import ROUTES, round_capabilities
 from clawloop_assets.evaluation import (
@@ -28,6 +28,7 @@ from clawloop_assets.evaluation import (
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.partitions import round_key
 from clawloop_assets.synthesis import build_candidate, task_id_for, write_generator
+from resources import paths
 from resources.sandbox import BubblewrapSandbox
 from resources.warehouse import DuckDBWarehouse, table_frame
 
@@ -197,8 +198,8 @@ def test_bad_evaluation_knobs_are_named():
 
 @pytest.mark.slow
 def test_the_evaluation_asset_with_the_real_model(clawloop_home, base_checkpoint_dir):
-    from clawloop_assets.checkpoints import checkpoint_id
     from clawloop_assets.definitions import round_assets
+    from resources.checkpoints import checkpoint_id
     from resources.embedded_policy import EmbeddedPolicyModel
     from resources.training_launcher import SubprocessTrainingLauncher
 

@@ -128,7 +128,7 @@ def test_generator_knobs_change_the_instruction_and_keep_the_task_valid(sandbox,
 
 def test_the_plan_and_the_generators_know_the_same_knobs():
     from clawloop_assets.curriculum import KNOB_FOR_ROOT_CAUSE
-    from clawloop_assets.schemas import ROOT_CAUSES
+    from resources.schemas import ROOT_CAUSES
 
     assert set(KNOB_FOR_ROOT_CAUSE.values()) == set(KNOBS)
     assert set(KNOB_FOR_ROOT_CAUSE) == set(ROOT_CAUSES) - {"environment_error"}  # nothing to change for that one

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from clawloop_assets import paths
 from clawloop_assets.agent_loop import AgentSettings, run_rollouts
 from clawloop_assets.cli import main
 from clawloop_assets.harbor import (
@@ -21,6 +20,7 @@ from clawloop_assets.harbor import (
 )
 from clawloop_assets.task_bundle import TaskBundle, load_task_bundle
 from clawloop_assets.verification import run_verifier
+from resources import paths
 from resources.sandbox import BubblewrapSandbox, Mount
 
 HARBOR_TASKS = Path(__file__).parent / "harbor_tasks"

@@ -283,9 +283,9 @@ def test_the_lineage_links_open_assets_of_the_round():
 def test_the_diagnosis_report_links_each_pattern_to_its_lineage(clawloop_home):
     """The asset itself, on held-out rollouts written by hand (the loop model
     is not asked): its metadata carries the lineage table."""
-    from clawloop_assets import paths
     from clawloop_assets.assets.diagnosis import diagnosis_report
     from clawloop_assets.loop_config import LoopConfig
+    from resources import paths
     from resources.embedded_policy import EmbeddedPolicyModel
 
     warehouse = DuckDBWarehouse()

@@ -9,7 +9,7 @@ from conftest import closed_port
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
-from clawloop_assets.checkpoints import write_checkpoint
+from resources.checkpoints import write_checkpoint
 from resources.openai_policy import OpenAICompatiblePolicyModel
 from resources.policy import PolicyServerError, SamplingParams
 from resources.vllm_server import serving_copy

@@ -8,8 +8,8 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-from clawloop_assets import checks
-from clawloop_assets.checks import error_rate_result
+from clawloop_assets.assets import checks
+from clawloop_assets.assets.checks import error_rate_result
 from clawloop_assets.definitions import gate_checks
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.partitions import round_partitions

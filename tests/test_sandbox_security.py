@@ -88,7 +88,7 @@ def test_host_secrets_are_unreadable(run, workspace, monkeypatch):
     monkeypatch.setenv("CLAWLOOP_TEST_SECRET", "hunter2")
     result = run(workspace, "env; cat /proc/1/environ; ls -a ~/.ssh /root; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'")
     assert "hunter2" not in result.output
-    from clawloop_assets import paths
+    from resources import paths
 
     for secret_path in (paths.warehouse_path(), paths.model_cache_dir()):
         probe = run(workspace, f"ls {secret_path} && echo VISIBLE")

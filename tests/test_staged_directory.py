@@ -3,7 +3,7 @@ renamed into it, so a reader finds all of it or none."""
 
 import pytest
 
-from clawloop_assets.paths import staged_directory
+from resources.paths import staged_directory
 
 
 def test_the_directory_appears_whole_when_the_block_ends(tmp_path):

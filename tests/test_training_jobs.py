@@ -16,7 +16,7 @@ from tiny_llama import (
 )
 from transformers import LlamaForCausalLM
 
-from clawloop_assets.checkpoints import (
+from resources.checkpoints import (
     CheckpointError,
     verify_checkpoint,
 )

@@ -15,7 +15,7 @@ from kubernetes.client import ApiClient
 from tiny_llama import make_tiny_checkpoint, make_trajectory
 from transformers import LlamaForCausalLM
 
-from clawloop_assets.checkpoints import verify_checkpoint
+from resources.checkpoints import verify_checkpoint
 from resources.training_launcher import (
     DockerTrainingLauncher,
     K8sTrainingLauncher,

@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load_file
 from tiny_llama import job_config, make_tiny_checkpoint, write_tiny_examples
 
-from clawloop_assets.checkpoints import verify_checkpoint
+from resources.checkpoints import verify_checkpoint
 from training_jobs import optimization
 from training_jobs.configs import RECIPES, GRPOJobConfig, SFTJobConfig, recipe_config
 from training_jobs.grpo import train_grpo

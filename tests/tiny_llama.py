@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from clawloop_assets.checkpoints import verify_checkpoint, write_checkpoint
+from resources.checkpoints import verify_checkpoint, write_checkpoint
 from training_jobs.policy_gradient import token_logprobs
 from training_jobs.trajectories import pad_batch, parse_trajectory
 

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import torch
 from dagster_pipes import PipesEnvVarParamsLoader, open_dagster_pipes
 
-from clawloop_assets.checkpoints import (
+from resources.checkpoints import (
     COMPLETE_MARKER,
     MANIFEST,
     write_checkpoint,

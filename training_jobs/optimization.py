@@ -4,7 +4,7 @@ and training state that survives a killed job.
 
 Resumable state lives beside the output checkpoint, in
 `<output_checkpoint>.state/step-NNNNNN/`, each one a verified checkpoint (see
-`clawloop_assets.checkpoints`): the trainable weights and the AdamW moments as
+`resources.checkpoints`): the trainable weights and the AdamW moments as
 safetensors, the step count and the per-step history as JSON. Nothing is
 pickled. A rerun of the same job (same fingerprint: config, examples, base and
 reference weights) continues after the last complete state; the batches are a
@@ -26,7 +26,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
-from clawloop_assets.checkpoints import (
+from resources.checkpoints import (
     CheckpointError,
     checkpoint_id,
     verify_checkpoint,

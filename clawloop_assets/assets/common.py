@@ -1,11 +1,12 @@
 """Helpers shared by the round's assets: recording a phase's cost, and
 rendering tables for the UI."""
 
-from typing import Mapping, Sequence
+from typing import Mapping
 
 import dagster as dg
 
 from clawloop_assets.cost import PhaseCost
+from clawloop_assets.markdown import markdown_table
 from resources.warehouse import Warehouse, table_frame
 
 # Concurrency pools, limited in the instance (dagster.production.yaml; the
@@ -20,12 +21,6 @@ ROLLOUTS_POOL = "rollouts"
 
 def record_cost(warehouse: Warehouse, round_key: str, cost: PhaseCost) -> None:
     warehouse.replace("cost_ledger", table_frame("cost_ledger", [cost.row(round_key)]), {"round": round_key, "phase": cost.phase})
-
-
-def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> dg.MetadataValue:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
-    return dg.MetadataValue.md("\n".join(lines))
 
 
 def histogram_table(counts: Mapping[int, int], label: str) -> dg.MetadataValue:

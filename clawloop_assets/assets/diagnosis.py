@@ -7,8 +7,8 @@ from collections import Counter
 import dagster as dg
 import polars as pl
 
-from clawloop_assets import catalogs, paths, sentence_embeddings
-from clawloop_assets.assets.common import ROLLOUTS_POOL, WAREHOUSE_WRITER_POOL, markdown_table, record_cost
+from clawloop_assets import catalogs, sentence_embeddings
+from clawloop_assets.assets.common import ROLLOUTS_POOL, WAREHOUSE_WRITER_POOL, record_cost
 from clawloop_assets.assets.evaluation import evaluation
 from clawloop_assets.assets.training import policy_checkpoint, training_gain
 from clawloop_assets.assets.validation import (
@@ -20,14 +20,16 @@ from clawloop_assets.assets.validation import (
 from clawloop_assets.cost import measure
 from clawloop_assets.diagnosis import (
     aggregate_patterns,
+    rejection_kind,
     render_report,
     session_summarizer,
     summarize_failures,
     summarize_with_model,
 )
-from clawloop_assets.evaluation import pass_at_1
+from clawloop_assets.evaluation import ERROR_STATUSES, pass_at_1, rollout_errors
 from clawloop_assets.lineage import pattern_lineage_table
 from clawloop_assets.loop_config import LoopConfig
+from clawloop_assets.markdown import markdown_table
 from clawloop_assets.partitions import round_partitions
 from clawloop_assets.round_history import history_metadata, round_history, validation_effort
 from clawloop_assets.round_state import (
@@ -37,6 +39,7 @@ from clawloop_assets.round_state import (
     round_policy,
     split_task_ids,
 )
+from resources import paths
 from resources.policy import PolicyModel
 from resources.sandbox import Sandbox
 from resources.warehouse import Warehouse, table_frame
@@ -171,6 +174,10 @@ def round_summary(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg
         "evaluation_ci_low": evaluated.ci_low,
         "evaluation_ci_high": evaluated.ci_high,
         "evaluation_tasks": evaluated.tasks,
+        # Harness errors (never scores) per phase, and their share of every rollout of the round.
+        "rollout_errors": _rollout_errors_by_phase(rollouts),
+        "rollout_error_rate": round(float(rollouts["status"].is_in(list(ERROR_STATUSES)).mean()), 4)
+        if rollouts.height else 0.0,
         "patterns": [{"pattern_id": p["pattern_id"], "description": p["description"], "count": p["count"],
                       "share": round(p["share"], 4)} for p in patterns.sort("count", descending=True).iter_rows(named=True)],
         "seconds": {r["phase"]: round(r["wall_seconds"], 2) for r in ledger.iter_rows(named=True)},
@@ -194,6 +201,16 @@ def round_summary(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg
         "path": dg.MetadataValue.path(str(path)),
         **history_metadata(history, paths.round_dir(key) / "rounds_plot.png"),
     })
+
+
+def _rollout_errors_by_phase(rollouts: pl.DataFrame) -> dict[str, dict[str, int]]:
+    """{phase: {error status: count}} for the phases that had any error."""
+    out = {}
+    for (phase,), frame in rollouts.group_by("phase") if rollouts.height else ():
+        errors = {status: n for status, n in rollout_errors(frame).items() if n}
+        if errors:
+            out[phase] = errors
+    return dict(sorted(out.items()))
 
 
 def _candidates_by_capability(tasks: pl.DataFrame, checks: pl.DataFrame, admissions: pl.DataFrame) -> dict:
@@ -228,12 +245,6 @@ def _candidates_by_route(tasks: pl.DataFrame, checks: pl.DataFrame, admissions: 
             mine = scored.filter((pl.col("route") == name) & (pl.col("phase") == phase))
             route[phase.replace("heldout", "heldout_pass_rate")] = round(float(mine["reward"].mean()), 4) if mine.height else None
     return dict(sorted(out.items()))
-
-
-def rejection_kind(reason: str) -> str:
-    """A rejection reason without its particulars: "leakage: answer value 12
-    appears in instruction.md" -> "leakage"."""
-    return reason.split(":", 1)[0].strip()
 
 
 def _rejections(tasks: pl.DataFrame, checks: pl.DataFrame) -> dict[str, int]:

@@ -7,11 +7,12 @@ import zlib
 import dagster as dg
 
 from clawloop_assets.agent_loop import rollout_row, run_rollouts
-from clawloop_assets.assets.common import ROLLOUTS_POOL, markdown_table, record_cost
+from clawloop_assets.assets.common import ROLLOUTS_POOL, record_cost
 from clawloop_assets.assets.training import policy_checkpoint
 from clawloop_assets.cost import measure
 from clawloop_assets.evaluation import evaluation_tasks, pass_at_1, rollout_errors
 from clawloop_assets.loop_config import LoopConfig
+from clawloop_assets.markdown import markdown_table
 from clawloop_assets.partitions import round_partitions
 from clawloop_assets.round_state import round_policy, workdir
 from resources.policy import PolicyModel

@@ -7,11 +7,12 @@ import dagster as dg
 import polars as pl
 
 from clawloop_assets import catalogs, curriculum
-from clawloop_assets.assets.common import WAREHOUSE_WRITER_POOL, markdown_table, record_cost
+from clawloop_assets.assets.common import WAREHOUSE_WRITER_POOL, record_cost
 from clawloop_assets.cost import measure
 from clawloop_assets.executable_domains import load_domains, scan_domains
 from clawloop_assets.generators.generator_common import WARMUP_OPERATIONS
 from clawloop_assets.loop_config import LoopConfig
+from clawloop_assets.markdown import markdown_table
 from clawloop_assets.model_generators import GeneratorReplyError, generator_prompt, write_model_generator
 from clawloop_assets.partitions import previous_round, round_number, round_partitions
 from clawloop_assets.partitions import round_key as round_key_for

@@ -6,11 +6,11 @@ import json
 import dagster as dg
 import polars as pl
 
-from clawloop_assets.assets.common import ROLLOUTS_POOL, WAREHOUSE_WRITER_POOL, markdown_table, record_cost
+from clawloop_assets.assets.common import ROLLOUTS_POOL, WAREHOUSE_WRITER_POOL, record_cost
 from clawloop_assets.assets.validation import collect_rollouts, round_seed, task_splits
-from clawloop_assets.checkpoints import checkpoint_id
 from clawloop_assets.cost import measure
 from clawloop_assets.loop_config import LoopConfig
+from clawloop_assets.markdown import markdown_table
 from clawloop_assets.partitions import round_partitions
 from clawloop_assets.round_state import (
     PolicyRef,
@@ -21,6 +21,7 @@ from clawloop_assets.round_state import (
     workdir,
 )
 from clawloop_assets.training_data import grpo_groups, sft_examples, write_jsonl
+from resources.checkpoints import checkpoint_id
 from resources.policy import PolicyModel
 from resources.sandbox import Sandbox
 from resources.training_launcher import TrainingLauncher

@@ -23,7 +23,7 @@ docker info >/dev/null 2>&1 || { echo "the Docker engine is not running: make do
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 cp "$here/Dockerfile" "$here/requirements.txt" "$ctx/"
-tar -C "$repo" --exclude=__pycache__ -c clawloop_assets training_jobs | tar -C "$ctx" -x
+tar -C "$repo" --exclude=__pycache__ -c resources training_jobs | tar -C "$ctx" -x
 mkdir "$ctx/wheels"
 
 if [ -n "${TRAINER_BASE:-}" ] && [ -z "${TRAINER_OFFLINE:-}" ]; then

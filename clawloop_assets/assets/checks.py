@@ -15,10 +15,10 @@ from clawloop_assets.assets.validation import (
     task_splits,
     validation_rollouts,
 )
-from clawloop_assets.checkpoints import CheckpointError, verify_checkpoint
 from clawloop_assets.evaluation import rollout_errors
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.partitions import round_partitions
+from resources.checkpoints import CheckpointError, verify_checkpoint
 from resources.warehouse import Warehouse
 
 warnings.filterwarnings("ignore", category=dg.PreviewWarning, message=".*partitions_def on an AssetCheckSpec.*")

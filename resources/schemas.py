@@ -8,7 +8,11 @@ from typing import Annotated, Optional
 import pandera.polars as pa
 import polars as pl
 
-from clawloop_assets.curriculum import MAX_LEVEL, MIN_LEVEL
+# The difficulty levels a task may have: two warm-up levels below the
+# families' level 0, up to their hardest (the planner's ladder, curriculum.LEVELS).
+MIN_LEVEL = -2
+MAX_LEVEL = 5
+
 
 ROUND_KEY = r"^round-\d{4}$"
 # train_before/train_after: fresh rollouts on T_k with one seed, before and after
