@@ -76,9 +76,20 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import polars as pl
+
+from clawloop_assets.round_state import require_rows
 from clawloop_assets.task_bundle import TaskBundle, TaskBundleError, load_task_bundle, write_task_toml
 from resources.paths import staged_directory
-from resources.sandbox import VERIFIER_UID, Mount, Sandbox, SandboxError, SandboxLimits, copy_tree_safely
+from resources.sandbox import (
+    VERIFIER_UID,
+    BubblewrapSandbox,
+    Mount,
+    Sandbox,
+    SandboxError,
+    SandboxLimits,
+    copy_tree_safely,
+)
 
 HARBOR_CAPABILITY = "harbor"
 CHECK_TYPE = "harbor_test_sh"
@@ -174,8 +185,6 @@ class _Environment:
 def import_harbor_task(src_dir: Path, dest_root: Path, sandbox: Sandbox | None = None) -> ImportResult:
     """Import one Harbor task into `dest_root/<task_id>/` as our bundle, or
     say why it does not run here. Raises HarborTaskError for a malformed task."""
-    from resources.sandbox import BubblewrapSandbox
-
     src = Path(src_dir)
     sandbox = sandbox or BubblewrapSandbox()
     task_id = _task_id(src.name)
@@ -990,10 +999,6 @@ def export_harbor_task(bundle: TaskBundle, dest_dir: Path) -> Path:
 def export_round(warehouse, round_key: str, out_dir: Path) -> list[Path]:
     """The admitted tasks of `round_key` exported to `out_dir` (a new
     directory), written beside it first and renamed, so it is complete or absent."""
-    import polars as pl
-
-    from clawloop_assets.round_state import require_rows
-
     out_dir = Path(out_dir)
     if out_dir.exists():
         raise FileExistsError(f"{out_dir} already exists; export to a new directory")
