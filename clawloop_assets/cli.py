@@ -88,8 +88,15 @@ def why_stopped(result) -> str:
 
 # The top-level sections of a run config for round_job, as the launchpad shows them.
 RUN_CONFIG_SECTIONS = ("resources", "ops", "loggers", "execution")
-# Progress lines, not Dagster's step-by-step debug events (unless the run config sets loggers).
-DEFAULT_LOGGERS = {"console": {"config": {"log_level": "INFO"}}}
+
+
+def console_loggers(round_key: str) -> dict:
+    """The loggers of a round run unless the run config sets its own: steps
+    and progress on the console, everything in the round's run.log
+    (clawloop_assets/console.py)."""
+    return {"clawloop_console": {"config": {"log_file": str(paths.round_dir(round_key) / "run.log"),
+                                            "round": round_key}}}
+
 RUN_CONFIG_EXAMPLE = """\
 --config FILE takes the YAML run config the Dagster launchpad takes for
 round_job, e.g.:
@@ -211,11 +218,13 @@ def run_rounds(count: int, run_config: dict | None = None, config_path: Path | N
     prepare_dagster_home()
     import dagster as dg
 
+    from clawloop_assets.console import round_screen, warnings_to
     from clawloop_assets.definitions import defs
     from clawloop_assets.partitions import round_partitions
 
     job = defs.resolve_job_def("round_job")
-    run_config = {"loggers": DEFAULT_LOGGERS, **(run_config or {})}
+    own_loggers = "loggers" in (run_config or {})
+    run_config = {"loggers": console_loggers(next_round_key()), **(run_config or {})}
     try:
         # The whole config against round_job's schema (the backends' resources too), before a round starts.
         dg.validate_run_config(job, run_config)
@@ -231,16 +240,21 @@ def run_rounds(count: int, run_config: dict | None = None, config_path: Path | N
             if not instance.has_dynamic_partition(round_partitions.name, key):
                 instance.add_dynamic_partitions(round_partitions.name, [key])
             print(f"== {key} ==", flush=True)
-            result = job.execute_in_process(
-                instance=instance,
-                partition_key=key,
-                raise_on_error=False,
-                run_config=run_config,
-            )
+            if not own_loggers:
+                run_config = {**run_config, "loggers": console_loggers(key)}
+            log = paths.round_dir(key) / "run.log"
+            with warnings_to(log):
+                result = job.execute_in_process(
+                    instance=instance,
+                    partition_key=key,
+                    raise_on_error=False,
+                    run_config=run_config,
+                )
             if not result.success:
-                raise SystemExit(f"{key} stopped: {why_stopped(result)}. See the run in the Dagster UI (make ui) or the log above.")
+                raise SystemExit(f"{key} stopped: {why_stopped(result)}. The full log: {log}; "
+                                 "the run in the Dagster UI (make ui).")
             summary = json.loads((paths.round_dir(key) / "summary.json").read_text())
-            print(json.dumps(summary, indent=2))
+            print(round_screen(summary, paths.round_dir(key)), flush=True)
             summaries.append(summary)
     return summaries
 

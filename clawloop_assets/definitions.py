@@ -8,6 +8,7 @@ import dagster as dg
 
 from clawloop_assets.assets import checks, diagnosis, domains, evaluation, synthesis, training, validation
 from clawloop_assets.assets.common import ROLLOUTS_POOL, WAREHOUSE_WRITER_POOL
+from clawloop_assets.console import clawloop_console
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.schedules import nightly_round_schedule
 from resources.embedded_policy import EmbeddedPolicyModel
@@ -142,6 +143,8 @@ def definitions_for(profile: str) -> dg.Definitions:
         schedules=[nightly_round_schedule(profile)],
         resources=resources_for(profile),
         executor=executor_for(profile),
+        # Dagster's console logger stays the launchpad's default; clawloop run uses its own.
+        loggers={"console": dg.colored_console_logger, "clawloop_console": clawloop_console},
     )
 
 

@@ -87,13 +87,13 @@ def test_a_good_file_is_the_run_config_of_round_job(tmp_path, clawloop_home, lau
     [(job, key, run_config)] = launches
     assert (job, key) == ("round_job", "round-0001")
     assert run_config["resources"] == config["resources"]
-    assert run_config["loggers"] == cli.DEFAULT_LOGGERS  # progress lines unless the file sets loggers
+    assert run_config["loggers"] == cli.console_loggers("round-0001")  # the compact console unless the file sets loggers
 
 
 def test_without_a_file_round_job_gets_the_progress_loggers_alone(clawloop_home, launches):
     with pytest.raises(Launched):
         cli.main(["run"])
-    assert launches[0][2] == {"loggers": cli.DEFAULT_LOGGERS}
+    assert launches[0][2] == {"loggers": cli.console_loggers("round-0001")}
 
 
 def test_a_field_only_round_jobs_schema_knows_is_checked_before_the_round(tmp_path, clawloop_home, launches):
