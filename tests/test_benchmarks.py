@@ -276,18 +276,35 @@ def test_rollout_throughput_on_the_embedded_model():
 
 
 @pytest.mark.slow
-def test_round_phases_reads_a_real_rounds_ledger(clawloop_home, tmp_path):
-    from benchmarks import round_phases
-    from clawloop_assets.loop_config import LoopConfig
+def test_round_phases_reads_a_real_rounds_ledger(finished_round):
+    from conftest import ROUND_ONE
 
-    # Tiny, with a band of [0, N] so that every candidate is admitted and the round reaches training
-    # whatever the 135M model samples (the band itself is tested in test_admission.py).
-    tiny = LoopConfig(candidates_per_round=4, rollouts_per_task=4, admission_low=0, admission_high=4,
-                      heldout_samples=2, train_eval_samples=2, max_turns=1, train_batch_size=2,
-                      evaluation_capabilities=["grouped_statistics"], evaluation_samples=1)
-    results = round_phases.measure(tiny, profile=tmp_path / "profile.txt")
+    from benchmarks import round_phases
+    from resources.warehouse import DuckDBWarehouse
+
+    ledger = round_phases.ledger_seconds(DuckDBWarehouse(), ROUND_ONE)
+    results = round_phases.phase_results(ledger, finished_round.seconds)
     seconds = results["round.seconds_by_phase"]
     assert {"synthesis", "agent_free_validation", "validation", "sft", "grpo"} <= set(seconds)
+    assert all(value > 0 for phase, value in seconds.items() if phase != round_phases.OUTSIDE_LEDGER), seconds
     assert sum(seconds.values()) == pytest.approx(results["round.seconds"])
     assert sum(results["round.share_by_phase"].values()) == pytest.approx(1)
-    assert "run_round" in (tmp_path / "profile.txt").read_text()
+
+
+def test_round_phases_profiles_the_round_it_times(monkeypatch, tmp_path):
+    """`measure` with a profile: the report names what ran while it timed (a
+    stand-in round that keeps the CPU busy for 0.3 s)."""
+    import time
+
+    from benchmarks import round_phases
+
+    def stand_in_round(loop=None):
+        until = time.perf_counter() + 0.3
+        while time.perf_counter() < until:
+            pass
+        return {"synthesis": 0.1, "sft": 0.1}, 0.3
+
+    monkeypatch.setattr(round_phases, "run_round", stand_in_round)
+    results = round_phases.measure(profile=tmp_path / "profile.txt")
+    assert "stand_in_round" in (tmp_path / "profile.txt").read_text()
+    assert results["round.seconds_by_phase"]["synthesis"] == 0.1

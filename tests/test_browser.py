@@ -1,27 +1,22 @@
 """The UI in a real browser: headless Chromium (Debian's chromium and
 chromium-driver, `make browser`) drives the real dagster-webserver on a
-persistent Dagster instance holding one small round materialized with the real
-model, and each test asserts on what the page shows. Full-page screenshots go
+persistent Dagster instance holding the session's small round (conftest's
+finished_round), and each test asserts on what the page shows. Full-page screenshots go
 to $CLAWLOOP_TEST_ARTIFACTS (default test-artifacts/) for a person to look at."""
 
 import base64
 import os
-import shutil
 import struct
 from pathlib import Path
 
-import dagster as dg
 import pytest
-from conftest import MODEL_CACHE
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
-from test_round import materialize_round
 from webserver_process import REPO, Webserver
 
-from clawloop_assets.cli import why_stopped
 from clawloop_assets.definitions import round_assets
 from clawloop_assets.lineage import LEVEL_ASSETS, PHASE_ASSETS, asset_url
 from resources.warehouse import DuckDBWarehouse
@@ -37,22 +32,15 @@ PAGE_WAIT = 120  # seconds: the UI's queries on a loaded 2-core machine
 
 
 @pytest.fixture(scope="module")
-def ui(tmp_path_factory):
-    """(webserver, the round's diagnosis_patterns rows): one small round
-    materialized into a persistent instance, and the webserver on that instance."""
-    root = tmp_path_factory.mktemp("ui")
-    dagster_home = root / "dagster"
-    dagster_home.mkdir()
-    shutil.copy(REPO / "dagster.yaml", dagster_home)
+def ui(finished_round_once, tmp_path_factory):
+    """(webserver, the round's diagnosis_patterns rows): the session's small
+    round (conftest.finished_round) and the webserver on its instance."""
     with pytest.MonkeyPatch.context() as env:
-        env.setenv("CLAWLOOP_MODEL_CACHE", str(MODEL_CACHE))
-        env.setenv("CLAWLOOP_HOME", str(root / "home"))
-        env.setenv("DAGSTER_HOME", str(dagster_home))
-        with dg.DagsterInstance.get() as instance:
-            result = materialize_round(instance, ROUND)
-        assert result.success, why_stopped(result)
+        for key, value in finished_round_once.environment().items():
+            env.setenv(key, value)
         patterns = DuckDBWarehouse().read("diagnosis_patterns", {"round": ROUND})
-        with Webserver(dagster_home, root / "webserver.log") as server:
+        log = tmp_path_factory.mktemp("ui") / "webserver.log"
+        with Webserver(finished_round_once.dagster_home, log) as server:
             # A fresh instance greets its first visitor with a sign-up dialog
             # over the page (a person clicks Skip); mark it seen.
             assert server.graphql("mutation { setNuxSeen }")["data"]["setNuxSeen"]
@@ -189,7 +177,7 @@ def test_the_diagnosis_report_page_shows_the_report_and_each_patterns_lineage_li
 
 
 def test_the_readme_clicks_lead_from_the_graph_to_the_rounds_report(ui, browser):
-    """The path "The UI, click by click" in README.md describes."""
+    """The path docs/ui.md ("The UI, click by click") describes."""
     server, _ = ui
     browser.get(f"{server.url}/locations/clawloop/asset-groups/diagnosis")
     shown(browser, "diagnosis_report").click()

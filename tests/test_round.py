@@ -1,11 +1,15 @@
 """A whole round through Dagster's materialize, on small sizes, with the real
-sandbox, the real embedded model, the real warehouse and real training jobs."""
+sandbox, the real embedded model, the real warehouse and real training jobs.
+
+Round 1 is materialized once per session (conftest.finished_round) and each
+test below reads one part of it; round 2 and the production backends run
+their own."""
 
 import json
 
 import dagster as dg
 import pytest
-from conftest import docker_sandbox
+from conftest import ROUND_ONE, docker_sandbox, materialize_round, round_resources
 
 from benchmarks import sampling_temperature
 from benchmarks.round_phases import bench_round
@@ -15,32 +19,16 @@ from clawloop_assets.definitions import defs, gate_checks, resources_for, round_
 from clawloop_assets.evaluation import is_evaluation_seed
 from clawloop_assets.generators.generator_common import WARMUP_OPERATIONS
 from clawloop_assets.loop_config import LoopConfig
-from resources.embedded_policy import EmbeddedPolicyModel
 from resources.openai_policy import OpenAICompatiblePolicyModel
-from resources.sandbox import BubblewrapSandbox, DockerSandbox
-from resources.training_launcher import SubprocessTrainingLauncher
+from resources.sandbox import DockerSandbox
 from resources.warehouse import DuckDBWarehouse
-
-pytestmark = pytest.mark.slow
 
 # 24 candidates and a wide admission band: one definition, shared with `make bench`.
 SMALL_ROUND = bench_round()
 
 
-def round_resources(loop, policy=None, sandbox=None):
-    return {
-        "policy": policy or EmbeddedPolicyModel(),
-        "sandbox": sandbox or BubblewrapSandbox(),
-        "warehouse": DuckDBWarehouse(),
-        "training_launcher": SubprocessTrainingLauncher(),
-        "loop": loop,
-    }
-
-
-def materialize_round(instance, round_key, loop=SMALL_ROUND, selection=None, **backends):
-    instance.add_dynamic_partitions("rounds", [round_key])
-    return dg.materialize([*round_assets, *gate_checks], partition_key=round_key, instance=instance,
-                          resources=round_resources(loop, **backends), raise_on_error=False, selection=selection)
+def summary_of(finished_round) -> dict:
+    return json.loads((finished_round.home / "rounds" / ROUND_ONE / "summary.json").read_text())
 
 
 def test_definitions_load_and_resolve_the_round_job():
@@ -59,29 +47,37 @@ def test_backends_are_chosen_by_configuration_alone(monkeypatch):
         resources_for("laptop")
 
 
+# The production backends' round: every phase, at the smallest sizes that
+# still reach each (a band of [0, N] admits every candidate, so training,
+# the trained checkpoint served by vLLM, evaluation and diagnosis all run).
+TINY_ROUND = LoopConfig(candidates_per_round=6, rollouts_per_task=4, admission_low=0, admission_high=4,
+                        heldout_samples=2, train_eval_samples=2, max_turns=1, train_batch_size=2,
+                        evaluation_capabilities=["grouped_statistics"], evaluation_samples=1)
+
+
+@pytest.mark.slow
 def test_a_round_on_docker_and_a_vllm_server(clawloop_home, vllm_url):
-    # The same round, unchanged, on the production backends: every command in
-    # a container, every sample from the vLLM server.
+    # The same round's code, unchanged, on the production backends: every
+    # command in a container, every sample from the vLLM server.
     instance = dg.DagsterInstance.ephemeral()
-    result = materialize_round(instance, "round-0001", policy=OpenAICompatiblePolicyModel(base_url=vllm_url),
-                               sandbox=docker_sandbox())
+    result = materialize_round(instance, "round-0001", TINY_ROUND,
+                               policy=OpenAICompatiblePolicyModel(base_url=vllm_url), sandbox=docker_sandbox())
     assert result.success, why_stopped(result)
     summary = json.loads((clawloop_home / "rounds" / "round-0001" / "summary.json").read_text())
-    assert summary["candidates"] == 24 and summary["admitted"] >= 1
+    assert summary["candidates"] == 6 and summary["admitted"] == summary["agent_free_passed"] >= 1
+    assert summary["evaluation_tasks"] == 1 and summary["policy_checkpoint_id"]
     rollouts = DuckDBWarehouse().read("rollouts", {"round": "round-0001"})
     assert set(rollouts["status"]) == {"scored"}, rollouts.filter(rollouts["status"] != "scored")["error"].to_list()
     for row in rollouts.iter_rows(named=True):
         assert len(row["token_ids"]) == len(row["action_mask"]) == len(row["sampling_logprobs"])
 
 
-def test_two_rounds_end_to_end(clawloop_home):
-    instance = dg.DagsterInstance.ephemeral()
-    first = materialize_round(instance, "round-0001")
-    assert first.success, [e.message for e in first.all_events if e.is_failure]
-    summary = json.loads((clawloop_home / "rounds" / "round-0001" / "summary.json").read_text())
-    for field in ["candidates", "candidates_by_capability", "rejections", "agent_free_passed", "rollouts", "admitted", "admission_rate", "train_tasks",
-                  "heldout_tasks", "sft_examples", "grpo_groups", "train_pass_rate_before", "train_pass_rate_after",
-                  "heldout_pass_rate_before",
+@pytest.mark.slow
+def test_the_round_summary_holds_every_figure_and_they_add_up(finished_round):
+    summary = summary_of(finished_round)
+    for field in ["candidates", "candidates_by_capability", "rejections", "agent_free_passed", "rollouts", "admitted",
+                  "admission_rate", "train_tasks", "heldout_tasks", "sft_examples", "grpo_groups",
+                  "train_pass_rate_before", "train_pass_rate_after", "heldout_pass_rate_before",
                   "heldout_pass_rate_after", "patterns", "seconds", "policy_checkpoint_id", "diagnosis_report_id",
                   "mean_turns", "rollouts_per_admitted_task", "candidates_by_route",
                   "evaluation_pass_at_1", "evaluation_ci_low", "evaluation_ci_high", "evaluation_tasks"]:
@@ -92,19 +88,6 @@ def test_two_rounds_end_to_end(clawloop_home):
     assert summary["admission_rate"] == pytest.approx(summary["admitted"] / 24, abs=1e-4)
     assert summary["rollouts_per_admitted_task"] == pytest.approx(summary["rollouts"] / summary["admitted"], abs=1e-4)
     assert summary["mean_turns"] is not None and summary["mean_turns"] >= 0
-    # The fixed evaluation set ran on the round's trained policy; none of its tasks was a candidate.
-    assert summary["evaluation_tasks"] == 2
-    assert summary["evaluation_ci_low"] <= summary["evaluation_pass_at_1"] <= summary["evaluation_ci_high"]
-    evaluated = DuckDBWarehouse().read("rollouts", {"round": "round-0001", "phase": "evaluation"})
-    assert evaluated.height == 2 * 2 and set(evaluated["checkpoint_id"]) == {summary["policy_checkpoint_id"]}
-    candidates = DuckDBWarehouse().read("tasks", {"round": "round-0001"})
-    assert not set(evaluated["task_id"]) & set(candidates["task_id"])
-    assert not any(is_evaluation_seed(seed) for seed in candidates["seed"])
-    # The history over rounds rides on the round summary: a table and an inline plot.
-    [materialization] = first.asset_materializations_for_node("round_summary")
-    assert "round-0001" in materialization.metadata["rounds_table"].value
-    assert materialization.metadata["rounds_plot"].value.startswith("![rounds](data:image/png;base64,")
-    assert (clawloop_home / "rounds" / "round-0001" / "rounds_plot.png").read_bytes().startswith(b"\x89PNG")
     by_capability = summary["candidates_by_capability"]
     assert sum(c["candidates"] for c in by_capability.values()) == 24
     assert sum(c["admitted"] for c in by_capability.values()) == summary["admitted"]
@@ -115,68 +98,117 @@ def test_two_rounds_end_to_end(clawloop_home):
     assert sum(r["candidates"] for r in by_route.values()) == 24
     assert sum(r["admitted"] for r in by_route.values()) == summary["admitted"]
     assert by_route["domain"]["candidates"] == by_capability["domain_workflow"]["candidates"]
+    # Harness errors are counted per phase, never dropped from the round's figures.
+    rollouts = DuckDBWarehouse().read("rollouts", {"round": ROUND_ONE})
+    errors = rollouts.filter(rollouts["status"] != "scored")
+    assert summary["rollout_errors"] == {
+        phase: dict(sorted(frame.group_by("status").len().iter_rows()))
+        for (phase,), frame in sorted(errors.group_by("phase"), key=lambda item: item[0])}
+    assert summary["rollout_error_rate"] == pytest.approx(errors.height / rollouts.height, abs=1e-4)
 
+
+@pytest.mark.slow
+def test_the_evaluation_set_ran_on_the_trained_policy_and_shares_no_task(finished_round):
+    summary = summary_of(finished_round)
+    assert summary["evaluation_tasks"] == 2
+    assert summary["evaluation_ci_low"] <= summary["evaluation_pass_at_1"] <= summary["evaluation_ci_high"]
+    evaluated = DuckDBWarehouse().read("rollouts", {"round": ROUND_ONE, "phase": "evaluation"})
+    assert evaluated.height == 2 * 2 and set(evaluated["checkpoint_id"]) == {summary["policy_checkpoint_id"]}
+    candidates = DuckDBWarehouse().read("tasks", {"round": ROUND_ONE})
+    assert not set(evaluated["task_id"]) & set(candidates["task_id"])
+    assert not any(is_evaluation_seed(seed) for seed in candidates["seed"])
+
+
+@pytest.mark.slow
+def test_the_history_over_rounds_rides_on_the_round_summary(finished_round):
+    [materialization] = finished_round.result.asset_materializations_for_node("round_summary")
+    assert "round-0001" in materialization.metadata["rounds_table"].value
+    assert materialization.metadata["rounds_plot"].value.startswith("![rounds](data:image/png;base64,")
+    assert (finished_round.home / "rounds" / ROUND_ONE / "rounds_plot.png").read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.slow
+def test_every_rollout_keeps_aligned_tokens_at_its_phases_temperature(finished_round):
+    summary = summary_of(finished_round)
     # T_k before and after training: the same tasks, the same seeds, both policies.
     train_tasks = summary["train_tasks"]
     if train_tasks:
         assert summary["train_pass_rate_before"] is not None and summary["train_pass_rate_after"] is not None
-    warehouse = DuckDBWarehouse()
-    rollouts = warehouse.read("rollouts", {"round": "round-0001"})
+    rollouts = DuckDBWarehouse().read("rollouts", {"round": ROUND_ONE})
     # Every rollout of the round samples at its temperature but the fixed evaluation set's, at the fixed one.
     evaluation = rollouts["phase"] == "evaluation"
-    assert set(rollouts.filter(~evaluation)["temperature"]) == {SMALL_ROUND.scheduled_temperature("round-0001")}
+    assert set(rollouts.filter(~evaluation)["temperature"]) == {SMALL_ROUND.scheduled_temperature(ROUND_ONE)}
     assert set(rollouts.filter(evaluation)["temperature"]) <= {SMALL_ROUND.temperature}
-    assert summary["rollout_temperature"] == SMALL_ROUND.scheduled_temperature("round-0001")
+    assert summary["rollout_temperature"] == SMALL_ROUND.scheduled_temperature(ROUND_ONE)
     for phase in ("train_before", "train_after"):
         assert (rollouts["phase"] == phase).sum() == 4 * train_tasks, phase
     # Token-in/token-out: every trajectory keeps aligned ids, mask and log-probs.
     for row in rollouts.iter_rows(named=True):
         assert len(row["token_ids"]) == len(row["action_mask"]) == len(row["sampling_logprobs"])
         assert sum(row["action_mask"]) == row["generated_tokens"]
-    # The diagnosis covers the held-out failures and the candidates nobody solved.
-    admissions = warehouse.read("admissions", {"round": "round-0001"})
-    summaries = warehouse.read("failure_summaries", {"round": "round-0001"})
+
+
+@pytest.mark.slow
+def test_the_diagnosis_covers_held_out_failures_and_unsolved_candidates(finished_round):
+    warehouse = DuckDBWarehouse()
+    admissions = warehouse.read("admissions", {"round": ROUND_ONE})
+    summaries = warehouse.read("failure_summaries", {"round": ROUND_ONE})
     unsolved = set(admissions.filter(admissions["pass_count"] == 0)["task_id"])
     assert set(summaries.filter(summaries["phase"] == "validation")["task_id"]) == unsolved
     assert summaries.height >= len(unsolved)
-    checkpoints = warehouse.read("checkpoints", {"round": "round-0001"})
+    checkpoints = warehouse.read("checkpoints", {"round": ROUND_ONE})
     assert set(checkpoints["kind"]) == {"sft", "policy"}
-    assert summary["policy_checkpoint_id"] in checkpoints["checkpoint_id"].to_list()
+    assert summary_of(finished_round)["policy_checkpoint_id"] in checkpoints["checkpoint_id"].to_list()
 
-    # The temperature benchmark judges a finished round as the round did: at
-    # the loop's temperature and the validation seed, the same admissions.
-    bundles, ref = sampling_temperature.round_inputs(clawloop_home, 1, EmbeddedPolicyModel())
+
+@pytest.mark.slow
+def test_the_temperature_benchmark_judges_a_finished_round_as_the_round_did(finished_round):
+    # At the loop's temperature and the validation seed, the same admissions.
+    from resources.embedded_policy import EmbeddedPolicyModel
+
+    summary = summary_of(finished_round)
+    bundles, ref = sampling_temperature.round_inputs(finished_round.home, 1, EmbeddedPolicyModel())
     assert ref.upstream_round is None and len(bundles) == summary["agent_free_passed"]
-    [rerun] = sampling_temperature.measure(clawloop_home, 1, [SMALL_ROUND.scheduled_temperature("round-0001")],
-                                           round_seed("round-0001", "validation", SMALL_ROUND), SMALL_ROUND)
+    [rerun] = sampling_temperature.measure(finished_round.home, 1, [SMALL_ROUND.scheduled_temperature(ROUND_ONE)],
+                                           round_seed(ROUND_ONE, "validation", SMALL_ROUND), SMALL_ROUND)
     assert (rerun["tasks"], rerun["admitted"]) == (len(bundles), summary["admitted"])
     # Per kind of task (every task at -2 is one of its operations), the same totals.
     assert set(rerun["by_kind"]) <= set(WARMUP_OPERATIONS[-2])
     assert sum(k["tasks"] for k in rerun["by_kind"].values()) == rerun["tasks"]
     assert sum(k["admitted"] for k in rerun["by_kind"].values()) == rerun["admitted"]
 
-    # Rematerializing one asset of the round replaces its rows: no duplicates.
-    admissions = warehouse.read("admissions", {"round": "round-0001"})
-    again = dg.materialize([*round_assets, *gate_checks], selection="admitted_tasks", partition_key="round-0001",
-                           instance=instance, resources=round_resources(SMALL_ROUND))
-    assert again.success
-    assert warehouse.read("admissions", {"round": "round-0001"}).sort("task_id").equals(admissions.sort("task_id"))
 
-    # Round 2 starts from round 1's checkpoint and plan, and says so (run up to
-    # its validation rollouts: what follows is round 1's path again, and with
-    # a 135M policy whether any of 24 candidates lands in the band is luck).
-    # Here the schedule is round 1's temperature alone, so round 2's is the
-    # controller's. (A new resource: Dagster rebuilds one from its init
-    # arguments, so a model_copy's update would be lost.)
+@pytest.mark.slow
+def test_rematerializing_one_asset_of_the_round_replaces_its_rows(finished_round):
+    warehouse = DuckDBWarehouse()
+    admissions = warehouse.read("admissions", {"round": ROUND_ONE})
+    with dg.DagsterInstance.get() as instance:
+        again = dg.materialize([*round_assets, *gate_checks], selection="admitted_tasks", partition_key=ROUND_ONE,
+                               instance=instance, resources=round_resources(SMALL_ROUND))
+    assert again.success
+    assert warehouse.read("admissions", {"round": ROUND_ONE}).sort("task_id").equals(admissions.sort("task_id"))
+
+
+@pytest.mark.slow
+def test_round_two_starts_from_round_ones_checkpoint_and_plan(finished_round):
+    """Run up to its validation rollouts: what follows is round 1's path
+    again, and with a 135M policy whether any of 24 candidates lands in the
+    band is luck. Here the schedule is round 1's temperature alone, so round
+    2's is the controller's. (A new resource: Dagster rebuilds one from its
+    init arguments, so a model_copy's update would be lost.) On an ephemeral
+    instance: the shared one keeps round 1 alone for the UI tests."""
+    warehouse = DuckDBWarehouse()
+    summary = summary_of(finished_round)
+    round_one_rollouts = warehouse.read("rollouts", {"round": ROUND_ONE}).height
     controlled = LoopConfig(**{**SMALL_ROUND.model_dump(),
-                               "round_temperatures": [SMALL_ROUND.scheduled_temperature("round-0001")]})
-    second = materialize_round(instance, "round-0002", controlled,
+                               "round_temperatures": [SMALL_ROUND.scheduled_temperature(ROUND_ONE)]})
+    second = materialize_round(dg.DagsterInstance.ephemeral(), "round-0002", controlled,
                                selection=dg.AssetSelection.assets("validation_rollouts").upstream())
-    assert second.success, [e.message for e in second.all_events if e.is_failure]
+    assert second.success, why_stopped(second)
     validation = warehouse.read("rollouts", {"round": "round-0002", "phase": "validation"})
     assert set(validation["checkpoint_id"]) == {summary["policy_checkpoint_id"]}
     [chosen] = warehouse.read("rollout_temperatures", {"round": "round-0002"}).iter_rows(named=True)
-    assert warehouse.read("rollout_temperatures", {"round": "round-0001"})["source"].to_list() == ["schedule"]
+    assert warehouse.read("rollout_temperatures", {"round": ROUND_ONE})["source"].to_list() == ["schedule"]
     assert chosen["source"] == "controller" and chosen["reason"].startswith(f"{summary['rollout_temperature']:.2f} -> ")
     assert abs(chosen["temperature"] - summary["rollout_temperature"]) <= controlled.controller().max_temperature_step + 1e-9
     assert set(validation["temperature"]) == {chosen["temperature"]}
@@ -185,12 +217,12 @@ def test_two_rounds_end_to_end(clawloop_home):
     # The levels see round 1's pass rates shifted to round 2's policy at round 2's temperature.
     assert plan_materialization.metadata["pass_rate_drift_logits"].value == round(chosen["pass_rate_shift"], 3)
     plan = warehouse.read("synthesis_plans", {"round": "round-0002"})
-    assert set(plan["source_round"]) == {"round-0001"}
-    first_plan = warehouse.read("synthesis_plans", {"round": "round-0001"})
+    assert set(plan["source_round"]) == {ROUND_ONE}
+    first_plan = warehouse.read("synthesis_plans", {"round": ROUND_ONE})
     moved = plan.join(first_plan, on="capability_id", suffix="_before")
     assert (moved["difficulty"] - moved["difficulty_before"]).abs().max() <= 1
     # Nothing of round 1 was lost or duplicated by round 2.
-    assert warehouse.read("rollouts", {"round": "round-0001"}).height == rollouts.height
+    assert warehouse.read("rollouts", {"round": ROUND_ONE}).height == round_one_rollouts
 
 
 def test_round_two_without_round_one_fails_loudly(clawloop_home):

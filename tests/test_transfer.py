@@ -116,7 +116,26 @@ def test_transfer_trains_the_base_model_on_the_pool_with_grpo_only(clawloop_home
 
     assert summary["mode"] == "grpo_only" and summary["grpo_steps"] >= 1
     assert summary["policy_checkpoint_id"] != summary["base_checkpoint_id"]
-    for key in ("train_pass_rate_before", "train_pass_rate_after", "heldout_pass_rate_before", "heldout_pass_rate_after"):
-        assert 0.0 <= summary[key] <= 1.0, key
+    # The groups GRPO trained on are the base model's own training-split
+    # rollouts: the before-rate is theirs, and only groups with a reward
+    # variance carry a signal.
+    examples = [json.loads(line) for line in (tmp_path / "transfer" / "grpo_examples.jsonl").read_text().splitlines()]
+    rewards: dict[str, list[float]] = {}
+    for example in examples:
+        rewards.setdefault(example["group_id"], []).append(example["reward"])
+    assert len(rewards) == summary["train_tasks"] == 3 and all(len(r) <= 16 for r in rewards.values())
+    every_reward = [r for group in rewards.values() for r in group]
+    assert summary["train_pass_rate_before"] == pytest.approx(sum(every_reward) / len(every_reward), abs=1e-4)
+    assert 1 <= summary["grpo_groups_used"] <= sum(len(set(r)) > 1 for r in rewards.values())
+    # Every rate is a share of whole samples: 3 x 16 training, 1 x 16 held-out.
+    for key, samples in (("train_pass_rate_after", 48), ("heldout_pass_rate_before", 16), ("heldout_pass_rate_after", 16)):
+        assert summary[key] * samples == pytest.approx(round(summary[key] * samples), abs=0.01), key
+    # The weights moved, and the trained checkpoint is a verified one of its own.
+    from safetensors.torch import load_file
+
+    base = load_file(base_checkpoint_dir / "model.safetensors")
+    trained = load_file(tmp_path / "transfer" / "policy" / "model.safetensors")
+    assert base.keys() == trained.keys()
+    assert any(not (base[name] == trained[name]).all() for name in base)
     assert json.loads((tmp_path / "transfer" / "transfer.json").read_text()) == summary
     print(json.dumps(summary, indent=2))
