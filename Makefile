@@ -77,7 +77,7 @@ run: setup $(if $(filter vllm,$(POLICY)),vllm-backend) $(if $(filter docker,$(SA
 test: setup docker-backend vllm-backend browser postgres-backend
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q --durations=30
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=30
 
 fast-test: setup
 	$(BIN)/ruff check .

@@ -134,10 +134,20 @@ class FinishedRound:
 FINISHED_ROUND_SECONDS = 1800
 
 
+# Under `make test` the suite runs in two pytest-xdist workers, with
+# --dist loadgroup: a module's tests stay together (its module fixtures are
+# built once), and so do the tests that share a session fixture too dear to
+# build twice (the finished round, the vLLM server).
+SHARED_GROUPS = {"finished_round_once": "finished_round", "vllm_url": "vllm_server"}
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
-        if "finished_round_once" in getattr(item, "fixturenames", ()):
+        fixtures = getattr(item, "fixturenames", ())
+        if "finished_round_once" in fixtures:
             item.add_marker(pytest.mark.timeout(900 + FINISHED_ROUND_SECONDS))
+        group = next((name for fixture, name in SHARED_GROUPS.items() if fixture in fixtures), item.module.__name__)
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")

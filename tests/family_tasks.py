@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from clawloop_assets.agent_free_validation import leakage_audit
 from clawloop_assets.catalogs import load_capability_catalog
 from clawloop_assets.synthesis import build_candidate, generator_spec, write_generator
 from clawloop_assets.task_bundle import TaskBundle, load_task_bundle
@@ -88,3 +90,28 @@ def solve_read_the_other_way(sandbox, built: TaskBundle, edits, tmp_path: Path):
     solved = sandbox.run(["bash", "/solution/solve.sh"],
                          [Mount(workspace, "/workspace", writable=True), Mount(bundle.solution_path.parent, "/solution")])
     return solved, run_verifier(sandbox, bundle, workspace)
+
+
+def domain_dependent_checks(sandbox, bundle, scratch: Path) -> str | None:
+    """The checks of agent-free validation whose outcome can hang on a
+    domain's data, or the first that fails: no answer value in the
+    agent-visible text, the oracle passes the verifier, the untouched
+    workspace does not. (The verifier's determinism and its refusal of empty
+    and perturbed deliverables are the verifier's own properties:
+    test_family_contract.py checks them for every family, level and format.)"""
+    leak = leakage_audit(bundle)
+    if leak:
+        return leak
+    untouched = Path(shutil.copytree(bundle.environment_dir, scratch / "untouched"))
+    solved = Path(shutil.copytree(bundle.environment_dir, scratch / "solved"))
+    for workspace in (untouched, solved):
+        os.chmod(workspace, 0o755)
+    outcome = sandbox.run(["bash", "/solution/solve.sh"],
+                          [Mount(solved, "/workspace", writable=True), Mount(bundle.solution_path.parent, "/solution")])
+    if outcome.exit_code != 0:
+        return f"oracle exited with {outcome.exit_code}: {outcome.output.strip()[-200:]}"
+    for workspace, expected in ((solved, 1.0), (untouched, 0.0)):
+        verdict = run_verifier(sandbox, bundle, workspace)
+        if (verdict.status, verdict.reward) != ("scored", expected):
+            return f"{workspace.name}: {verdict.status} {verdict.reward} {verdict.error or verdict.checks}"
+    return None

@@ -1,12 +1,12 @@
 """multi_module_refactor beyond the family contract (test_family_contract.py):
-levels 0 and 5 build and pass agent-free validation in every domain (slow)."""
+levels 0 and 5 build and pass the domain-dependent checks of agent-free
+validation in every domain (slow; family_tasks.domain_dependent_checks)."""
 
 from __future__ import annotations
 
 import pytest
-from family_tasks import CAPABILITIES, build_bundle
+from family_tasks import CAPABILITIES, build_bundle, domain_dependent_checks
 
-from clawloop_assets.agent_free_validation import validate_without_agent
 from clawloop_assets.catalogs import load_domain_catalog
 from resources.sandbox import BubblewrapSandbox
 
@@ -23,5 +23,7 @@ def sandbox():
 def test_every_domain_at_levels_0_and_5(sandbox, tmp_path, domain):
     for level in (0, 5):
         bundle = build_bundle(sandbox, CAPABILITIES["multi_module_refactor"], tmp_path / str(level), domain, level, 1)
-        result = validate_without_agent(sandbox, bundle, tmp_path / "scratch")
-        assert result.passed, (level, result.reason)
+        scratch = tmp_path / f"scratch-{level}"
+        scratch.mkdir()
+        failure = domain_dependent_checks(sandbox, bundle, scratch)
+        assert failure is None, (level, failure)

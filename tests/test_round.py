@@ -8,6 +8,7 @@ their own."""
 import json
 
 import dagster as dg
+import polars as pl
 import pytest
 from conftest import ROUND_ONE, docker_sandbox, materialize_round, round_resources
 
@@ -47,29 +48,36 @@ def test_backends_are_chosen_by_configuration_alone(monkeypatch):
         resources_for("laptop")
 
 
-# The production backends' round: every phase, at the smallest sizes that
-# still reach each (a band of [0, N] admits every candidate, so training,
-# the trained checkpoint served by vLLM, evaluation and diagnosis all run).
-TINY_ROUND = LoopConfig(candidates_per_round=6, rollouts_per_task=4, admission_low=0, admission_high=4,
-                        heldout_samples=2, train_eval_samples=2, max_turns=1, train_batch_size=2,
-                        evaluation_capabilities=["grouped_statistics"], evaluation_samples=1)
+# The production backends' round, through its rollouts: synthesis,
+# agent-free validation and validation rollouts, every command in a container
+# and every sample from the vLLM server. What follows (training, the rollouts
+# of the trained policy, evaluation, diagnosis) is the same code on the same
+# two interfaces: the finished round runs it, and
+# test_openai_policy.test_new_weights_reach_the_server_in_place checks that
+# trained weights reach the server.
+SMALL_PRODUCTION_ROUND = LoopConfig(candidates_per_round=6, rollouts_per_task=4, admission_low=0, admission_high=4,
+                                    max_turns=1)
 
 
 @pytest.mark.slow
 def test_a_round_on_docker_and_a_vllm_server(clawloop_home, vllm_url):
-    # The same round's code, unchanged, on the production backends: every
-    # command in a container, every sample from the vLLM server.
     instance = dg.DagsterInstance.ephemeral()
-    result = materialize_round(instance, "round-0001", TINY_ROUND,
+    result = materialize_round(instance, "round-0001", SMALL_PRODUCTION_ROUND,
+                               selection=dg.AssetSelection.assets("admitted_tasks").upstream(),
                                policy=OpenAICompatiblePolicyModel(base_url=vllm_url), sandbox=docker_sandbox())
     assert result.success, why_stopped(result)
-    summary = json.loads((clawloop_home / "rounds" / "round-0001" / "summary.json").read_text())
-    assert summary["candidates"] == 6 and summary["admitted"] == summary["agent_free_passed"] >= 1
-    assert summary["evaluation_tasks"] == 1 and summary["policy_checkpoint_id"]
-    rollouts = DuckDBWarehouse().read("rollouts", {"round": "round-0001"})
+    warehouse = DuckDBWarehouse()
+    passed = warehouse.read("agent_free_validations", {"round": "round-0001"}).filter(pl.col("passed"))
+    admissions = warehouse.read("admissions", {"round": "round-0001"})
+    # A band of [0, N] admits every candidate that passed validation.
+    assert passed.height >= 1 and set(admissions.filter(pl.col("admitted"))["task_id"]) == set(passed["task_id"])
+    rollouts = warehouse.read("rollouts", {"round": "round-0001"})
+    per_task = dict(rollouts.group_by("task_id").len().iter_rows())
+    assert set(per_task) == set(passed["task_id"]) and all(1 <= n <= 4 for n in per_task.values()), per_task
     assert set(rollouts["status"]) == {"scored"}, rollouts.filter(rollouts["status"] != "scored")["error"].to_list()
     for row in rollouts.iter_rows(named=True):
         assert len(row["token_ids"]) == len(row["action_mask"]) == len(row["sampling_logprobs"])
+        assert sum(row["action_mask"]) == row["generated_tokens"] > 0
 
 
 @pytest.mark.slow
