@@ -42,7 +42,8 @@ def read_only_home(tmp_path):
     unshare = shutil.which("unshare")
     probe = unshare and subprocess.run([unshare, "-m", "true"], capture_output=True)
     if not probe or probe.returncode != 0:
-        pytest.skip("running as root without unshare -m: no way to make a read-only home here")
+        pytest.fail("running as root, `unshare -m` (util-linux) is needed to make a read-only home: "
+                    "apt-get install util-linux")
     wrapper = ('mount --bind -o ro "$CLAWLOOP_HOME" "$CLAWLOOP_HOME" && exec "$0" "$@"')
     yield home, [unshare, "-m", "sh", "-c", wrapper, sys.executable, "-m", "clawloop_assets.cli"], "Read-only file system"
 
