@@ -141,6 +141,7 @@ FINISHED_ROUND_SECONDS = 1800
 SHARED_GROUPS = {"finished_round_once": "finished_round", "vllm_url": "vllm_server"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the test ids
 def pytest_collection_modifyitems(items):
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
