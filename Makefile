@@ -74,10 +74,13 @@ setup: $(BIN)/.installed sandbox-backend
 run: setup $(if $(filter vllm,$(POLICY)),vllm-backend) $(if $(filter docker,$(SANDBOX)),docker-backend)
 	$(BIN)/clawloop run --rounds $(ROUNDS) --policy $(POLICY) --sandbox $(SANDBOX)
 
+# Two workers (pytest-xdist); tests/conftest.py groups what must share a
+# worker. Groups start in collection order, not largest-first: the costliest
+# (the finished round) has few tests and must not be left for last.
 test: setup docker-backend vllm-backend browser postgres-backend
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=30
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --durations=30
 
 fast-test: setup
 	$(BIN)/ruff check .
