@@ -31,6 +31,7 @@ from resources.sandbox import (
     SandboxError,
     SandboxLimits,
     disk_quota,
+    iter_tree,
     release_quota,
     tree_usage,
 )
@@ -446,23 +447,16 @@ def workspace_contains(workspace: Path, needle: str, max_bytes: int = 1 << 20) -
     """Whether any regular file the agent left holds `needle` in its first
     `max_bytes`. Links are never followed: they may point anywhere on the host."""
     data = needle.encode()
-    pending = [str(workspace)]  # iterative: a tree nested thousands deep must not recurse
-    while pending:
+    for entry in iter_tree(workspace):
+        if not entry.is_file(follow_symlinks=False):
+            continue
         try:
-            entries = list(os.scandir(pending.pop()))
+            fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:
             continue
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=False):
-                pending.append(entry.path)
-            elif entry.is_file(follow_symlinks=False):
-                try:
-                    fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-                except OSError:
-                    continue
-                with open(fd, "rb") as f:
-                    if stat.S_ISREG(os.fstat(fd).st_mode) and data in f.read(max_bytes):
-                        return True
+        with open(fd, "rb") as f:
+            if stat.S_ISREG(os.fstat(fd).st_mode) and data in f.read(max_bytes):
+                return True
     return False
 
 

@@ -707,31 +707,37 @@ def existing_mounts(mounts: Sequence[Mount]) -> Sequence[Mount]:
     return mounts
 
 
+def iter_tree(root: Path | str) -> Iterator[os.DirEntry]:
+    """Every entry below `root`, links never followed, directories that
+    cannot be listed skipped. Iterative: untrusted code may nest directories
+    thousands deep."""
+    pending = [str(root)]
+    while pending:
+        try:
+            entries = list(os.scandir(pending.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            yield entry
+            if entry.is_dir(follow_symlinks=False):
+                pending.append(entry.path)
+
+
 def own_writable_mounts(mounts: Sequence[Mount], uid: int, gid: int) -> None:
     """Hand the writable mounts to the unprivileged uid a command runs as.
-    lchown: never follow a link an earlier command may have planted.
-    Iterative: an earlier command may have nested directories thousands deep;
-    what lies past the longest path the kernel takes was made by the sandbox
-    (so is already its uid's) and is left as it is."""
+    lchown: never follow a link an earlier command may have planted. What
+    lies past the longest path the kernel takes was made by the sandbox (so
+    is already its uid's) and is left as it is."""
     for mount in mounts:
         if not mount.writable:
             continue
         os.lchown(mount.host, uid, gid)
-        pending = [str(mount.host)]
-        while pending:
+        for entry in iter_tree(mount.host):
             try:
-                entries = list(os.scandir(pending.pop()))
-            except OSError:
-                continue
-            for entry in entries:
-                try:
-                    os.lchown(entry.path, uid, gid)
-                except OSError as exc:
-                    if exc.errno != errno.ENAMETOOLONG:
-                        raise
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    pending.append(entry.path)
+                os.lchown(entry.path, uid, gid)
+            except OSError as exc:
+                if exc.errno != errno.ENAMETOOLONG:
+                    raise
 
 
 # Printed by the container before it runs the command. Docker reports its own
