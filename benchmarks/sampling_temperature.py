@@ -17,6 +17,7 @@ import argparse
 import tempfile
 import time
 from collections import Counter, defaultdict
+from collections.abc import Collection
 from pathlib import Path
 
 from benchmarks.sequential_rollouts import decisions
@@ -45,14 +46,19 @@ def task_kind(task: TaskBundle) -> str:
 
 
 def measure(home: Path, number: int, temperatures: list[float], seed: int = 7,
-            loop: LoopConfig | None = None) -> list[dict]:
+            loop: LoopConfig | None = None, task_ids: Collection[str] | None = None) -> list[dict]:
     """Per temperature: the admission rate and pass rate of round `number`'s
-    candidates, with `loop`'s band and agent settings (the defaults if None),
-    and the same per kind of task (`by_kind`)."""
+    candidates (only those in `task_ids` if given), with `loop`'s band and
+    agent settings (the defaults if None), the same per kind of task
+    (`by_kind`), and each task's decision (`decisions`). A rollout's sampling
+    does not depend on the other tasks in its call, so a subset is decided as
+    in the whole."""
     from resources.embedded_policy import EmbeddedPolicyModel
 
     loop, policy = loop or LoopConfig(), EmbeddedPolicyModel()
     tasks, ref = round_inputs(home, number, policy)
+    if task_ids is not None:
+        tasks = [task for task in tasks if task.task_id in task_ids]
     sandbox, band = BubblewrapSandbox(), loop.admission_band()
     session = policy.load(ref.path)
     results = []
@@ -86,6 +92,7 @@ def measure(home: Path, number: int, temperatures: list[float], seed: int = 7,
                     "all_failed": decided["all_failed"] / len(tasks),
                     "too_easy": decided["too_easy"] / len(tasks),
                     "seconds": time.perf_counter() - started,
+                    "decisions": decided_by_task,
                     "by_kind": {kind: {"tasks": k["tasks"], "admitted": k["admitted"],
                                        "pass_rate": k["passes"] / max(k["scored"], 1)} for kind, k in sorted(kinds.items())},
                 })

@@ -31,7 +31,9 @@ def decisions(rollouts, band: AdmissionBand = AdmissionBand()) -> dict[str, str]
     return {task: decide_admission(rewards, band).decision for task, rewards in by_task.items()}
 
 
-def measure(tasks_per_capability: int = 4, seed: int = 11) -> dict[str, float | bool]:
+def measure(tasks_per_capability: int = 4, seed: int = 11, capabilities: int | None = None) -> dict[str, float | bool]:
+    """On the first `capabilities` of the catalog (all if None), each in its
+    first `tasks_per_capability` domains."""
     from resources.embedded_policy import EmbeddedPolicyModel
 
     # The loop's own agent settings (one turn, round 1's temperature), as round 1's validation runs the base model.
@@ -41,7 +43,7 @@ def measure(tasks_per_capability: int = 4, seed: int = 11) -> dict[str, float | 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         bundles = []
-        for capability in load_capability_catalog():
+        for capability in load_capability_catalog()[:capabilities]:
             for j, domain in enumerate(load_domain_catalog()[:tasks_per_capability]):
                 spec = generator_spec(capability, domain, MIN_LEVEL)
                 generator = write_generator(spec, root / "generators" / spec.generator_id)

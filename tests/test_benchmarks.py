@@ -158,8 +158,9 @@ def test_training_steps_measure_runs_each_side_in_its_own_process(tiny_training_
 def test_sequential_rollouts_make_the_same_decisions_with_no_more_rollouts():
     from benchmarks import sequential_rollouts
 
-    result = sequential_rollouts.measure(tasks_per_capability=1)
+    result = sequential_rollouts.measure(tasks_per_capability=1, capabilities=4)
     assert result["sequential_rollouts.same_decisions"] is True
+    assert result["sequential_rollouts.tasks"] == 4
     assert result["sequential_rollouts.rollouts_fixed"] == 8 * result["sequential_rollouts.tasks"]
     assert 0 <= result["sequential_rollouts.rollouts_saved_fraction"] < 1
 

@@ -171,15 +171,24 @@ def test_the_diagnosis_covers_held_out_failures_and_unsolved_candidates(finished
 
 @pytest.mark.slow
 def test_the_temperature_benchmark_judges_a_finished_round_as_the_round_did(finished_round):
-    # At the loop's temperature and the validation seed, the same admissions.
+    # At the loop's temperature and the validation seed, the same decision per
+    # task. A rollout's sampling does not depend on the other tasks of its
+    # call, so three admitted and three other candidates stand for the round.
     from resources.embedded_policy import EmbeddedPolicyModel
 
     summary = summary_of(finished_round)
     bundles, ref = sampling_temperature.round_inputs(finished_round.home, 1, EmbeddedPolicyModel())
     assert ref.upstream_round is None and len(bundles) == summary["agent_free_passed"]
+    decided = {row["task_id"]: row["decision"]
+               for row in DuckDBWarehouse().read("admissions", {"round": ROUND_ONE}).iter_rows(named=True)}
+    admitted = sorted(task for task, decision in decided.items() if decision == "admitted")[:3]
+    others = sorted(task for task, decision in decided.items() if decision != "admitted")[:3]
+    assert admitted and others, decided
     [rerun] = sampling_temperature.measure(finished_round.home, 1, [SMALL_ROUND.scheduled_temperature(ROUND_ONE)],
-                                           round_seed(ROUND_ONE, "validation", SMALL_ROUND), SMALL_ROUND)
-    assert (rerun["tasks"], rerun["admitted"]) == (len(bundles), summary["admitted"])
+                                           round_seed(ROUND_ONE, "validation", SMALL_ROUND), SMALL_ROUND,
+                                           task_ids={*admitted, *others})
+    assert rerun["decisions"] == {task: decided[task] for task in (*admitted, *others)}
+    assert (rerun["tasks"], rerun["admitted"]) == (len(admitted) + len(others), len(admitted))
     # Per kind of task (every task at -2 is one of its operations), the same totals.
     assert set(rerun["by_kind"]) <= set(WARMUP_OPERATIONS[-2])
     assert sum(k["tasks"] for k in rerun["by_kind"].values()) == rerun["tasks"]
