@@ -17,9 +17,9 @@ from benchmarks.round_phases import bench_round
 from clawloop_assets.assets.validation import round_seed
 from clawloop_assets.cli import why_stopped
 from clawloop_assets.definitions import defs, gate_checks, resources_for, round_assets
-from clawloop_assets.evaluation import is_evaluation_seed
-from clawloop_assets.generators.generator_common import WARMUP_OPERATIONS
+from clawloop_assets.evaluation.fixed_set import is_evaluation_seed
 from clawloop_assets.loop_config import LoopConfig
+from clawloop_assets.synthesis.generators.generator_common import WARMUP_OPERATIONS
 from resources.openai_policy import OpenAICompatiblePolicyModel
 from resources.sandbox import DockerSandbox
 from resources.warehouse import DuckDBWarehouse

@@ -9,10 +9,10 @@ import shutil
 import polars as pl
 import pytest
 
-from clawloop_assets import catalogs
 from clawloop_assets.loop_config import LoopConfig
-from clawloop_assets.synthesis import build_candidate, generator_spec, write_generator
-from clawloop_assets.transfer import PoolError, export_pool, load_pool, transfer_rl_only
+from clawloop_assets.synthesis import catalogs
+from clawloop_assets.synthesis.candidates import build_candidate, generator_spec, write_generator
+from clawloop_assets.training.transfer import PoolError, export_pool, load_pool, transfer_rl_only
 from resources.sandbox import BubblewrapSandbox
 from resources.warehouse import DuckDBWarehouse, table_frame
 

@@ -7,7 +7,6 @@ from collections import Counter
 import dagster as dg
 import polars as pl
 
-from clawloop_assets import catalogs, sentence_embeddings
 from clawloop_assets.assets.common import ROLLOUTS_POOL, WAREHOUSE_WRITER_POOL, record_cost
 from clawloop_assets.assets.evaluation import evaluation
 from clawloop_assets.assets.training import policy_checkpoint, training_gain
@@ -18,7 +17,8 @@ from clawloop_assets.assets.validation import (
     task_splits,
 )
 from clawloop_assets.cost import measure
-from clawloop_assets.diagnosis import (
+from clawloop_assets.diagnosis import sentence_embeddings
+from clawloop_assets.diagnosis.failures import (
     aggregate_patterns,
     rejection_kind,
     render_report,
@@ -26,12 +26,12 @@ from clawloop_assets.diagnosis import (
     summarize_failures,
     summarize_with_model,
 )
-from clawloop_assets.evaluation import ERROR_STATUSES, pass_at_1, rollout_errors
-from clawloop_assets.lineage import pattern_lineage_table
+from clawloop_assets.evaluation.fixed_set import ERROR_STATUSES, pass_at_1, rollout_errors
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.markdown import markdown_table
 from clawloop_assets.partitions import round_partitions
-from clawloop_assets.round_history import history_metadata, round_history, validation_effort
+from clawloop_assets.reporting.lineage import pattern_lineage_table
+from clawloop_assets.reporting.round_history import history_metadata, round_history, validation_effort
 from clawloop_assets.round_state import (
     input_policy,
     load_bundles,
@@ -39,6 +39,7 @@ from clawloop_assets.round_state import (
     round_policy,
     split_task_ids,
 )
+from clawloop_assets.synthesis import catalogs
 from resources import paths
 from resources.policy import PolicyModel
 from resources.sandbox import Sandbox
@@ -149,7 +150,7 @@ def round_summary(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg
     patterns = warehouse.read("diagnosis_patterns", {"round": key})
     ledger = warehouse.read("cost_ledger", {"round": key})
     admitted = int(admissions["admitted"].sum()) if admissions.height else 0
-    # The fixed evaluation set's figure (clawloop_assets/evaluation.py); None before any evaluation rollout.
+    # The fixed evaluation set's figure (clawloop_assets/evaluation/fixed_set.py); None before any evaluation rollout.
     evaluated = pass_at_1(rollouts.filter(pl.col("phase") == "evaluation"))
     summary = {
         "round": key,

@@ -6,18 +6,15 @@ import shutil
 import dagster as dg
 import polars as pl
 
-from clawloop_assets import catalogs, curriculum
 from clawloop_assets.assets.common import WAREHOUSE_WRITER_POOL, record_cost
 from clawloop_assets.cost import measure
-from clawloop_assets.executable_domains import load_domains, scan_domains
-from clawloop_assets.generators.generator_common import WARMUP_OPERATIONS
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.markdown import markdown_table
-from clawloop_assets.model_generators import GeneratorReplyError, generator_prompt, write_model_generator
 from clawloop_assets.partitions import previous_round, round_number, round_partitions
 from clawloop_assets.partitions import round_key as round_key_for
 from clawloop_assets.round_state import MissingUpstreamError, input_policy, require_rows, workdir
-from clawloop_assets.synthesis import (
+from clawloop_assets.synthesis import catalogs
+from clawloop_assets.synthesis.candidates import (
     CandidateBuild,
     GeneratorSpec,
     build_candidate,
@@ -26,6 +23,10 @@ from clawloop_assets.synthesis import (
     task_id_for,
     write_generator,
 )
+from clawloop_assets.synthesis.executable_domains import load_domains, scan_domains
+from clawloop_assets.synthesis.generators.generator_common import WARMUP_OPERATIONS
+from clawloop_assets.synthesis.model_generators import GeneratorReplyError, generator_prompt, write_model_generator
+from clawloop_assets.synthesis.plan import CellEvidence, choose_temperature, estimate_drift, first_plan, next_plan
 from clawloop_assets.task_bundle import warmup_operation
 from resources.policy import PolicyModel, SamplingParams
 from resources.sandbox import Sandbox
@@ -71,7 +72,7 @@ def synthesis_plan(context: dg.AssetExecutionContext, warehouse: Warehouse, loop
     upstream = previous_round(key)
     drift = 0.0
     if upstream is None:
-        plan = curriculum.first_plan(capabilities, loop.candidates_per_round)
+        plan = first_plan(capabilities, loop.candidates_per_round)
         temperature, _ = rollout_temperature_row(warehouse, key, loop)
     else:
         levels, evidence, failure_share, drift, failure_causes = controller_inputs(warehouse, key, loop.controller_recency)
@@ -81,9 +82,9 @@ def synthesis_plan(context: dg.AssetExecutionContext, warehouse: Warehouse, loop
             # sampled at different temperatures mixes the training's gain with
             # the temperature's cost, and the next round samples at another.
             drift = shift
-        plan = curriculum.next_plan(capabilities, levels, evidence, failure_share, loop.candidates_per_round,
-                                    loop.controller(), drift, failure_causes,
-                                    warmup_operation_evidence(warehouse, key, loop.controller_recency))
+        plan = next_plan(capabilities, levels, evidence, failure_share, loop.candidates_per_round,
+                         loop.controller(), drift, failure_causes,
+                         warmup_operation_evidence(warehouse, key, loop.controller_recency))
     rows = [
         {"round": key, "capability_id": e.capability_id, "difficulty": e.difficulty, "weight": e.weight,
          "candidates": e.candidates, "source_round": upstream, "reason": e.reason, "knobs": list(e.knobs),
@@ -125,18 +126,18 @@ def controller_inputs(warehouse: Warehouse, round_key: str, recency: float):
     levels = {}
     for row in plan.sort(["candidates", "difficulty"], descending=True).iter_rows(named=True):
         levels.setdefault(row["capability_id"], row["difficulty"])
-    per_round: list[dict[tuple[str, int], curriculum.CellEvidence]] = []
+    per_round: list[dict[tuple[str, int], CellEvidence]] = []
     for _, candidates in past_candidates(warehouse, round_key):
-        cells: dict[tuple[str, int], curriculum.CellEvidence] = {}
+        cells: dict[tuple[str, int], CellEvidence] = {}
         for row in candidates.iter_rows(named=True):
-            cell = cells.setdefault((row["capability_id"], row["difficulty"]), curriculum.CellEvidence())
+            cell = cells.setdefault((row["capability_id"], row["difficulty"]), CellEvidence())
             cell.add(1.0, passes=row["pass_count"], rollouts=row["scored_rollouts"], admitted=int(row["admitted"]),
                      candidates=1)
         per_round.append(cells)
-    evidence: dict[tuple[str, int], curriculum.CellEvidence] = {}
+    evidence: dict[tuple[str, int], CellEvidence] = {}
     for age, cells in enumerate(reversed(per_round)):
         for key, cell in cells.items():
-            evidence.setdefault(key, curriculum.CellEvidence()).add(
+            evidence.setdefault(key, CellEvidence()).add(
                 recency**age, cell.passes, cell.rollouts, cell.admitted, cell.candidates)
     summaries = warehouse.read("failure_summaries", {"round": upstream})
     failures = max(summaries.height, 1)
@@ -145,7 +146,7 @@ def controller_inputs(warehouse: Warehouse, round_key: str, recency: float):
     failure_causes: dict[str, dict[str, int]] = {}
     for row in summaries.group_by("capability_id", "root_cause").len().iter_rows(named=True):
         failure_causes.setdefault(row["capability_id"], {})[row["root_cause"]] = row["len"]
-    return levels, evidence, failure_share, curriculum.estimate_drift(per_round), failure_causes
+    return levels, evidence, failure_share, estimate_drift(per_round), failure_causes
 
 
 def rollout_temperature_row(warehouse: Warehouse, round_key: str, loop: LoopConfig) -> tuple[dict, float | None]:
@@ -166,7 +167,7 @@ def rollout_temperature_row(warehouse: Warehouse, round_key: str, loop: LoopConf
         raise MissingUpstreamError(f"{upstream} has no validation rollouts to choose {round_key}'s temperature from: "
                                    f"materialize validation_rollouts for {upstream} first")
     previous = float(validation["temperature"].mode().sort()[0])
-    decision = curriculum.choose_temperature(
+    decision = choose_temperature(
         previous, *(rollout_evidence(rollouts, phase) for phase in ("validation", "heldout_before", "heldout_after")),
         loop.controller())
     return {"round": round_key, "temperature": decision.temperature, "source": "controller",
@@ -174,10 +175,10 @@ def rollout_temperature_row(warehouse: Warehouse, round_key: str, loop: LoopConf
             "reason": decision.reason}, decision.pass_rate_shift
 
 
-def rollout_evidence(rollouts: pl.DataFrame, phase: str) -> curriculum.CellEvidence:
+def rollout_evidence(rollouts: pl.DataFrame, phase: str) -> CellEvidence:
     """The judged rollouts of one phase as pass counts (lost or canary-flagged ones are not judged)."""
     judged = rollouts.filter((pl.col("phase") == phase) & (pl.col("status") == "scored") & ~pl.col("canary_seen"))
-    return curriculum.CellEvidence(passes=float(judged["reward"].sum()), rollouts=float(judged.height))
+    return CellEvidence(passes=float(judged["reward"].sum()), rollouts=float(judged.height))
 
 
 def past_candidates(warehouse: Warehouse, round_key: str) -> list[tuple[int, pl.DataFrame]]:
@@ -193,18 +194,18 @@ def past_candidates(warehouse: Warehouse, round_key: str) -> list[tuple[int, pl.
 
 
 def warmup_operation_evidence(warehouse: Warehouse, round_key: str, recency: float
-                              ) -> dict[tuple[int, str], curriculum.CellEvidence]:
+                              ) -> dict[tuple[int, str], CellEvidence]:
     """Per (warm-up level, operation), pooled over capabilities: the
     validation pass counts and admissions of every round before `round_key`,
     a round j rounds back weighing recency**j. A task's operation is in its
     bundle's meta.json; a bundle since removed is left out."""
-    evidence: dict[tuple[int, str], curriculum.CellEvidence] = {}
+    evidence: dict[tuple[int, str], CellEvidence] = {}
     for age, candidates in past_candidates(warehouse, round_key):
         warmup = candidates.filter(pl.col("difficulty").is_in(list(WARMUP_OPERATIONS)))
         for row in warmup.iter_rows(named=True):
             operation = warmup_operation(row["bundle_path"])
             if operation:
-                evidence.setdefault((row["difficulty"], operation), curriculum.CellEvidence()).add(
+                evidence.setdefault((row["difficulty"], operation), CellEvidence()).add(
                     recency ** (age - 1), passes=row["pass_count"], rollouts=row["scored_rollouts"],
                     admitted=int(row["admitted"]), candidates=1)
     return evidence

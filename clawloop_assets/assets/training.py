@@ -20,7 +20,7 @@ from clawloop_assets.round_state import (
     split_task_ids,
     workdir,
 )
-from clawloop_assets.training_data import grpo_groups, sft_examples, write_jsonl
+from clawloop_assets.training.examples import grpo_groups, sft_examples, write_jsonl
 from resources.checkpoints import checkpoint_id
 from resources.policy import PolicyModel
 from resources.sandbox import Sandbox

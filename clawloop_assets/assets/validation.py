@@ -8,9 +8,6 @@ from typing import Callable
 import dagster as dg
 import polars as pl
 
-from clawloop_assets.admission import admission_is_final, decide_admission, sequential_waves, split_tasks
-from clawloop_assets.agent_free_validation import validate_without_agent
-from clawloop_assets.agent_loop import Rollout, judged_reward, rollout_row, run_in_waves, run_rollouts
 from clawloop_assets.assets.common import (
     ROLLOUTS_POOL,
     WAREHOUSE_WRITER_POOL,
@@ -20,7 +17,8 @@ from clawloop_assets.assets.common import (
 )
 from clawloop_assets.assets.synthesis import candidate_tasks
 from clawloop_assets.cost import measure
-from clawloop_assets.evaluation import rollout_errors
+from clawloop_assets.evaluation.fixed_set import rollout_errors
+from clawloop_assets.harness.agent_loop import Rollout, judged_reward, rollout_row, run_in_waves, run_rollouts
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.partitions import round_partitions
 from clawloop_assets.round_state import (
@@ -32,6 +30,8 @@ from clawloop_assets.round_state import (
     workdir,
 )
 from clawloop_assets.task_bundle import load_task_bundle
+from clawloop_assets.validation.admission import admission_is_final, decide_admission, sequential_waves, split_tasks
+from clawloop_assets.validation.agent_free import validate_without_agent
 from resources.policy import PolicyModel
 from resources.sandbox import Sandbox
 from resources.warehouse import Warehouse, table_frame

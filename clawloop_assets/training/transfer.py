@@ -22,11 +22,11 @@ from typing import Callable
 
 import polars as pl
 
-from clawloop_assets.agent_loop import rollout_row, run_rollouts
+from clawloop_assets.harness.agent_loop import rollout_row, run_rollouts
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.round_state import require_rows
 from clawloop_assets.task_bundle import TaskBundle, load_task_bundle
-from clawloop_assets.training_data import TRAINING_COLUMNS, write_jsonl
+from clawloop_assets.training.examples import TRAINING_COLUMNS, write_jsonl
 from resources.checkpoints import checkpoint_id, verify_checkpoint
 from resources.paths import staged_directory
 from resources.policy import PolicyModel
@@ -35,7 +35,7 @@ from resources.warehouse import Warehouse, table_frame
 
 POOL_MANIFEST = "pool.json"
 POOL_FORMAT = 1
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class PoolError(ValueError):

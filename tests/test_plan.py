@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from clawloop_assets.curriculum import (
+from clawloop_assets.synthesis.plan import (
     MAX_LEVEL,
     MIN_LEVEL,
     CellEvidence,
