@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from clawloop_assets.synthesis import domain_graph, task_graphs
 from clawloop_assets.synthesis.catalogs import GENERATORS_DIR, Capability, Domain
-from clawloop_assets.synthesis.executable_domains import ExecutableDomain
+from clawloop_assets.synthesis.executable_domains import TOOL_CLI, ExecutableDomain
 from clawloop_assets.task_bundle import (
     TaskBundleError,
     load_task_bundle,
@@ -98,9 +99,6 @@ def domain_generator_spec(capability: Capability, domain: ExecutableDomain, diff
     """The domain route's generator for one executable domain at one level: the
     domain_workflow family with the domain's files beside it and its tool
     graph (read by AST here, on the host) in params.json."""
-    from clawloop_assets.synthesis import domain_graph, task_graphs
-    from clawloop_assets.synthesis.executable_domains import TOOL_CLI
-
     graph = domain_graph.extract_graph(domain.id, domain.tools_source, str(domain.path("tools.py")))
     params = {
         "capability": capability.id, "track": capability.track, "difficulty": difficulty,

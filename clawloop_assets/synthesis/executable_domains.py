@@ -48,6 +48,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from clawloop_assets.synthesis import domain_graph
+
 BUILTIN_DOMAINS_DIR = Path(__file__).parent / "domains"
 TOOL_CLI = BUILTIN_DOMAINS_DIR / "tool_cli.py"
 DOMAIN_FILES = ("domain.json", "schema.sql", "seed.py", "tools.py")
@@ -120,8 +122,6 @@ def load_domain(root: Path) -> ExecutableDomain:
 
 def _check_sources(domain: ExecutableDomain) -> None:
     """What load_domain checks beyond domain.json; nothing is executed but the schema, in memory."""
-    from clawloop_assets.synthesis import domain_graph
-
     seed_path = domain.path("seed.py")
     try:
         seed = ast.parse(_read(seed_path), str(seed_path))
