@@ -8,7 +8,6 @@ import shutil
 import dagster as dg
 import pytest
 
-from clawloop_assets.assets.synthesis import candidate_assignments
 from clawloop_assets.evaluation.fixed_set import (
     EVALUATION_SEED_BASE,
     MANIFEST,
@@ -25,7 +24,7 @@ from clawloop_assets.evaluation.fixed_set import (
 )
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.partitions import round_key
-from clawloop_assets.synthesis.candidates import build_candidate, task_id_for, write_generator
+from clawloop_assets.synthesis.candidates import build_candidate, candidate_assignments, task_id_for, write_generator
 from clawloop_assets.synthesis.catalogs import ROUTES, round_capabilities
 from clawloop_assets.synthesis.plan import first_plan
 from resources import paths
