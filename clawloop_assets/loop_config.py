@@ -5,6 +5,7 @@ before a round starts, with the field named."""
 
 from __future__ import annotations
 
+import zlib
 from typing import Literal
 
 import dagster as dg
@@ -202,6 +203,10 @@ class LoopConfig(dg.ConfigurableResource):
         if number > len(self.round_temperatures) and self.controlled_temperature:
             return None
         return self.round_temperatures[min(number, len(self.round_temperatures)) - 1]
+
+    def round_seed(self, round_key: str, purpose: str) -> int:
+        """Stable seeds per round and purpose (the held-out before/after pair shares one)."""
+        return (zlib.crc32(f"{round_key}/{purpose}".encode()) + self.seed) % (2**31)
 
     def controller(self) -> Controller:
         return Controller(

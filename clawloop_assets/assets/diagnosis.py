@@ -7,15 +7,16 @@ from collections import Counter
 import dagster as dg
 import polars as pl
 
-from clawloop_assets.assets.common import ROLLOUTS_POOL, WAREHOUSE_WRITER_POOL, record_cost
+from clawloop_assets.assets.common import (
+    ROLLOUTS_POOL,
+    WAREHOUSE_WRITER_POOL,
+    collect_rollouts,
+    record_cost,
+    rollout_metadata,
+)
 from clawloop_assets.assets.evaluation import evaluation
 from clawloop_assets.assets.training import policy_checkpoint, training_gain
-from clawloop_assets.assets.validation import (
-    collect_rollouts,
-    rollout_metadata,
-    round_seed,
-    task_splits,
-)
+from clawloop_assets.assets.validation import task_splits
 from clawloop_assets.cost import measure
 from clawloop_assets.diagnosis import sentence_embeddings
 from clawloop_assets.diagnosis.failures import (
@@ -55,7 +56,7 @@ def heldout_baseline_rollouts(context: dg.AssetExecutionContext, warehouse: Ware
     key = context.partition_key
     ref = input_policy(warehouse, policy, key)
     rows, cost = collect_rollouts(context, warehouse, sandbox, policy, ref, split_task_ids(warehouse, key, "heldout"),
-                                  loop.heldout_samples, "heldout_before", round_seed(key, "heldout", loop), loop)
+                                  loop.heldout_samples, "heldout_before", loop.round_seed(key, "heldout"), loop)
     return dg.MaterializeResult(metadata=rollout_metadata(rows, cost, ref))
 
 
@@ -66,7 +67,7 @@ def diagnosis_rollouts(context: dg.AssetExecutionContext, warehouse: Warehouse, 
     key = context.partition_key
     ref = round_policy(warehouse, key, "policy")
     rows, cost = collect_rollouts(context, warehouse, sandbox, policy, ref, split_task_ids(warehouse, key, "heldout"),
-                                  loop.heldout_samples, "heldout_after", round_seed(key, "heldout", loop), loop)
+                                  loop.heldout_samples, "heldout_after", loop.round_seed(key, "heldout"), loop)
     return dg.MaterializeResult(metadata=rollout_metadata(rows, cost, ref))
 
 
@@ -95,7 +96,7 @@ def diagnosis_report(context: dg.AssetExecutionContext, warehouse: Warehouse, po
             session = policy.load(ref.path)
             try:
                 summaries, model_stats = summarize_with_model(
-                    summaries, instructions, session_summarizer(session, round_seed(key, "diagnosis", loop)),
+                    summaries, instructions, session_summarizer(session, loop.round_seed(key, "diagnosis")),
                     f"loop_model:{ref.checkpoint_id}", loop.summary_attempts, loop.summary_probe)
             finally:
                 session.close()
