@@ -265,9 +265,9 @@ def transfer_to_base(pool: Path, base_checkpoint: Path | None, out: Path, sample
     from clawloop_assets.training.transfer import transfer_rl_only
 
     resources = resources_for(os.environ.get("CLAWLOOP_PROFILE", "laptop"))
-    policy = resources["policy"]
+    policy, loop = resources["policy"], resources["loop"]
     summary = transfer_rl_only(pool, base_checkpoint or policy.base_checkpoint(), out, policy, resources["sandbox"],
-                               resources["loop"], samples=samples)
+                               loop.agent_settings(), loop.training_job_config("grpo"), loop.seed, samples=samples)
     print(json.dumps(summary, indent=2))
     return summary
 
