@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from clawloop_assets.agent_loop import SEQUENCES_PER_CALL, Rollout, run_rollouts
-from clawloop_assets.catalogs import load_capability_catalog, load_domain_catalog
+from clawloop_assets.harness.agent_loop import SEQUENCES_PER_CALL, Rollout, run_rollouts
 from clawloop_assets.loop_config import LoopConfig
-from clawloop_assets.synthesis import build_candidate, generator_spec, write_generator
+from clawloop_assets.synthesis.candidates import build_candidate, generator_spec, write_generator
+from clawloop_assets.synthesis.catalogs import load_capability_catalog, load_domain_catalog
 from clawloop_assets.task_bundle import TaskBundle, load_task_bundle
 from resources.policy import PolicySession, SamplingParams
 from resources.sandbox import BubblewrapSandbox, Sandbox

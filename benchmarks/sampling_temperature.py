@@ -21,7 +21,7 @@ from collections.abc import Collection
 from pathlib import Path
 
 from benchmarks.sequential_rollouts import decisions
-from clawloop_assets.agent_loop import judged_reward, run_rollouts
+from clawloop_assets.harness.agent_loop import judged_reward, run_rollouts
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.partitions import round_key
 from clawloop_assets.round_state import PolicyRef, input_policy, load_bundles, require_rows

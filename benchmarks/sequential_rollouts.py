@@ -13,13 +13,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from clawloop_assets.admission import AdmissionBand, admission_is_final, decide_admission, sequential_waves
-from clawloop_assets.agent_loop import judged_reward, run_in_waves, run_rollouts
-from clawloop_assets.catalogs import load_capability_catalog, load_domain_catalog
-from clawloop_assets.curriculum import MIN_LEVEL
+from clawloop_assets.harness.agent_loop import judged_reward, run_in_waves, run_rollouts
 from clawloop_assets.loop_config import LoopConfig
-from clawloop_assets.synthesis import build_candidate, generator_spec, write_generator
+from clawloop_assets.synthesis.candidates import build_candidate, generator_spec, write_generator
+from clawloop_assets.synthesis.catalogs import load_capability_catalog, load_domain_catalog
+from clawloop_assets.synthesis.plan import MIN_LEVEL
 from clawloop_assets.task_bundle import load_task_bundle
+from clawloop_assets.validation.admission import AdmissionBand, admission_is_final, decide_admission, sequential_waves
 from resources.sandbox import BubblewrapSandbox
 
 

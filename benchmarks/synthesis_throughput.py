@@ -11,12 +11,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from clawloop_assets.agent_free_validation import validate_without_agent
-from clawloop_assets.catalogs import load_capability_catalog, load_domain_catalog
-from clawloop_assets.curriculum import LEVELS
-from clawloop_assets.diagnosis import rejection_kind
-from clawloop_assets.synthesis import build_candidate, generator_spec, write_generator
+from clawloop_assets.diagnosis.failures import rejection_kind
+from clawloop_assets.synthesis.candidates import build_candidate, generator_spec, write_generator
+from clawloop_assets.synthesis.catalogs import load_capability_catalog, load_domain_catalog
+from clawloop_assets.synthesis.plan import LEVELS
 from clawloop_assets.task_bundle import load_task_bundle
+from clawloop_assets.validation.agent_free import validate_without_agent
 from resources.sandbox import BubblewrapSandbox, Sandbox
 
 

@@ -31,7 +31,7 @@ from typing import Iterable, Sequence
 
 import polars as pl
 
-from clawloop_assets.curriculum import CellEvidence
+from clawloop_assets.synthesis.plan import CellEvidence
 from clawloop_assets.task_bundle import warmup_operation
 from resources.warehouse import DuckDBWarehouse, Warehouse
 

@@ -262,12 +262,12 @@ def run_rounds(count: int, run_config: dict | None = None, config_path: Path | N
 def transfer_to_base(pool: Path, base_checkpoint: Path | None, out: Path, samples: int) -> dict:
     """`clawloop transfer` on the configured policy and sandbox backends."""
     from clawloop_assets.definitions import resources_for
-    from clawloop_assets.transfer import transfer_rl_only
+    from clawloop_assets.training.transfer import transfer_rl_only
 
     resources = resources_for(os.environ.get("CLAWLOOP_PROFILE", "laptop"))
-    policy = resources["policy"]
+    policy, loop = resources["policy"], resources["loop"]
     summary = transfer_rl_only(pool, base_checkpoint or policy.base_checkpoint(), out, policy, resources["sandbox"],
-                               resources["loop"], samples=samples)
+                               loop.agent_settings(), loop.training_job_config("grpo"), loop.seed, samples=samples)
     print(json.dumps(summary, indent=2))
     return summary
 
@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.command in ("setup", "run", "transfer") or (args.command == "harbor-import" and args.dest is None):
         check_home_writable(dagster=args.command in ("setup", "run"))
     if args.command == "harbor-import":
-        from clawloop_assets.harbor import HarborTaskError, import_harbor_directory, render_import_table
+        from clawloop_assets.harbor.task_format import HarborTaskError, import_harbor_directory, render_import_table
         from resources.sandbox import BubblewrapSandbox, DockerSandbox
 
         sandbox = DockerSandbox() if args.sandbox == "docker" else BubblewrapSandbox()
@@ -325,18 +325,18 @@ def main(argv: list[str] | None = None) -> None:
         print(render_import_table(results), end="")
         print(f"manifest: {manifest}")
     elif args.command == "harbor-export":
-        from clawloop_assets.harbor import export_round
+        from clawloop_assets.harbor.task_format import export_round
         from resources.warehouse import DuckDBWarehouse
 
         for task_dir in export_round(DuckDBWarehouse(), args.round, args.out):
             print(task_dir)
     elif args.command == "export-pool":
-        from clawloop_assets.transfer import export_pool
+        from clawloop_assets.training.transfer import export_pool
         from resources.warehouse import DuckDBWarehouse
 
         print(f"pool: {export_pool(DuckDBWarehouse(), args.round, args.out)}")
     elif args.command == "lineage":
-        from clawloop_assets.lineage import LineageError, lineage, render_text
+        from clawloop_assets.reporting.lineage import LineageError, lineage, render_text
         from resources.warehouse import DuckDBWarehouse
 
         try:

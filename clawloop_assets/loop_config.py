@@ -5,17 +5,18 @@ before a round starts, with the field named."""
 
 from __future__ import annotations
 
+import zlib
 from typing import Literal
 
 import dagster as dg
 from pydantic import ConfigDict, Field, model_validator
 
-from clawloop_assets.admission import AdmissionBand
-from clawloop_assets.agent_loop import AgentSettings
-from clawloop_assets.catalogs import round_capabilities
-from clawloop_assets.curriculum import Controller
-from clawloop_assets.evaluation import EvaluationSetSpec
+from clawloop_assets.evaluation.fixed_set import EvaluationSetSpec
+from clawloop_assets.harness.agent_loop import AgentSettings
 from clawloop_assets.partitions import round_number
+from clawloop_assets.synthesis.catalogs import round_capabilities
+from clawloop_assets.synthesis.plan import Controller
+from clawloop_assets.validation.admission import AdmissionBand
 from training_jobs.configs import recipe_config
 
 # The sampling temperatures a policy may be asked for: 0 is greedy, which
@@ -84,7 +85,7 @@ class LoopConfig(dg.ConfigurableResource):
     controlled_temperature: bool = Field(
         default=True,
         description="After round_temperatures, the controller chooses each round's temperature "
-                    "(curriculum.choose_temperature).")
+                    "(plan.choose_temperature).")
 
     # --- training --------------------------------------------------------------------------------------------
     training_mode: Literal["sft_then_grpo", "grpo_only", "sft_only"] = Field(
@@ -102,7 +103,7 @@ class LoopConfig(dg.ConfigurableResource):
         description="The synthesis routes a round draws from (the ablation switch): a non-empty subset of "
                     "capability, domain.")
 
-    # --- the difficulty controller (clawloop_assets/curriculum.py) -----------------------------------------
+    # --- the difficulty controller (clawloop_assets/synthesis/plan.py) -----------------------------------------
     target_admission_rate: float = Field(
         default=0.7, gt=0, le=1, description="The admission rate the controller aims each capability at, in (0, 1].")
     min_capability_share: float = Field(
@@ -124,14 +125,14 @@ class LoopConfig(dg.ConfigurableResource):
                     "about the rest (>= 0; 0: no probe).")
     summary_attempts: int = Field(default=2, ge=1, description="Tries per failure summary (>= 1).")
 
-    # --- the fixed evaluation set (clawloop_assets/evaluation.py) -------------------------------------------
+    # --- the fixed evaluation set (clawloop_assets/evaluation/fixed_set.py) -------------------------------------------
     evaluation_samples: int = Field(
         default=5, description="Samples per evaluation task, k of Avg@k (>= 1; 5: the paper's Avg@5).")
     evaluation_capabilities: list[str] = Field(
         default=[], description="Capabilities of the evaluation set's own tasks (empty: all of both routes).")
     evaluation_levels: list[int] = Field(
         default=[0], description="Difficulty levels of the evaluation set's own tasks (non-empty, within the "
-                                 "curriculum's levels).")
+                                 "plan's levels).")
     evaluation_seeds_per_cell: int = Field(
         default=1, description="Seeds per capability x level of the evaluation set (within the seeds per level).")
 
@@ -202,6 +203,10 @@ class LoopConfig(dg.ConfigurableResource):
         if number > len(self.round_temperatures) and self.controlled_temperature:
             return None
         return self.round_temperatures[min(number, len(self.round_temperatures)) - 1]
+
+    def round_seed(self, round_key: str, purpose: str) -> int:
+        """Stable seeds per round and purpose (the held-out before/after pair shares one)."""
+        return (zlib.crc32(f"{round_key}/{purpose}".encode()) + self.seed) % (2**31)
 
     def controller(self) -> Controller:
         return Controller(

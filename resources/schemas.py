@@ -9,7 +9,7 @@ import pandera.polars as pa
 import polars as pl
 
 # The difficulty levels a task may have: two warm-up levels below the
-# families' level 0, up to their hardest (the planner's ladder, curriculum.LEVELS).
+# families' level 0, up to their hardest (the planner's ladder, plan.LEVELS).
 MIN_LEVEL = -2
 MAX_LEVEL = 5
 
@@ -17,7 +17,7 @@ MAX_LEVEL = 5
 ROUND_KEY = r"^round-\d{4}$"
 # train_before/train_after: fresh rollouts on T_k with one seed, before and after
 # training (the validation rollouts chose T_k, so they are a biased "before").
-# evaluation: the round's trained policy on the fixed evaluation set (clawloop_assets/evaluation.py).
+# evaluation: the round's trained policy on the fixed evaluation set (clawloop_assets/evaluation/fixed_set.py).
 ROLLOUT_PHASES = ["validation", "train_before", "train_after", "heldout_before", "heldout_after", "evaluation"]
 # Only "scored" rollouts count; the others failed for infrastructure reasons and are excluded.
 ROLLOUT_STATUSES = ["scored", "verifier_error", "sandbox_error", "policy_error"]
@@ -98,15 +98,15 @@ class SynthesisPlans(_RoundTable):
     candidates: int = pa.Field(ge=0)
     source_round: Optional[str] = pa.Field(nullable=True)
     reason: str
-    knobs: Annotated[pl.List, pl.Utf8()]  # generator knobs (curriculum.KNOB_FOR_ROOT_CAUSE)
-    # At a warm-up level, the share of each operation as JSON (curriculum.warmup_operation_mix); null for an even draw.
+    knobs: Annotated[pl.List, pl.Utf8()]  # generator knobs (plan.KNOB_FOR_ROOT_CAUSE)
+    # At a warm-up level, the share of each operation as JSON (plan.warmup_operation_mix); null for an even draw.
     operation_weights: Optional[str] = pa.Field(nullable=True)
 
 
 class RolloutTemperatures(_RoundTable):
     """The temperature a round's rollouts sample at (validation, the T_k reruns,
     the held-out split), decided with its synthesis plan: from the schedule
-    (LoopConfig.round_temperatures) or by the controller (curriculum.choose_temperature)."""
+    (LoopConfig.round_temperatures) or by the controller (plan.choose_temperature)."""
 
     temperature: float = pa.Field(gt=0)
     source: str = pa.Field(isin=["schedule", "controller"])

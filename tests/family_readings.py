@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from clawloop_assets.catalogs import load_domain_catalog
+from clawloop_assets.synthesis.catalogs import load_domain_catalog
 
 DOMAINS = load_domain_catalog()
 BY_ID = {d.id: d for d in DOMAINS}

@@ -12,11 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from clawloop_assets.agent_free_validation import leakage_audit
-from clawloop_assets.catalogs import load_capability_catalog
-from clawloop_assets.synthesis import build_candidate, generator_spec, write_generator
+from clawloop_assets.harness.verification import run_verifier
+from clawloop_assets.synthesis.candidates import build_candidate, generator_spec, write_generator
+from clawloop_assets.synthesis.catalogs import load_capability_catalog
 from clawloop_assets.task_bundle import TaskBundle, load_task_bundle
-from clawloop_assets.verification import run_verifier
+from clawloop_assets.validation.agent_free import leakage_audit
 from resources.sandbox import Mount
 
 CAPABILITIES = {c.id: c for c in load_capability_catalog()}

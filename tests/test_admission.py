@@ -1,6 +1,6 @@
 import pytest
 
-from clawloop_assets.admission import AdmissionBand, decide_admission, split_tasks
+from clawloop_assets.validation.admission import AdmissionBand, decide_admission, split_tasks
 
 
 @pytest.mark.parametrize(
@@ -48,7 +48,7 @@ def test_split_of_two_tasks_keeps_both_sides():
 
 
 def test_only_a_task_already_too_easy_is_final():
-    from clawloop_assets.admission import admission_is_final, sequential_waves
+    from clawloop_assets.validation.admission import admission_is_final, sequential_waves
 
     band = AdmissionBand()  # N = 8, [1, 5], at least 6 scored
     assert sequential_waves(band) == [6, 2]

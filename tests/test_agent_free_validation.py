@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from clawloop_assets.agent_free_validation import validate_without_agent
-from clawloop_assets.catalogs import load_capability_catalog, load_domain_catalog
-from clawloop_assets.synthesis import build_candidate, generator_spec, write_generator
+from clawloop_assets.harness.verification import run_verifier
+from clawloop_assets.synthesis.candidates import build_candidate, generator_spec, write_generator
+from clawloop_assets.synthesis.catalogs import load_capability_catalog, load_domain_catalog
 from clawloop_assets.task_bundle import TaskBundle, load_task_bundle
-from clawloop_assets.verification import run_verifier
+from clawloop_assets.validation.agent_free import validate_without_agent
 from resources.sandbox import BubblewrapSandbox, Mount, SandboxLimits
 
 CAPABILITIES = {c.id: c for c in load_capability_catalog()}

@@ -6,14 +6,14 @@ import shutil
 
 import pytest
 
-from clawloop_assets import catalogs
-from clawloop_assets.agent_loop import (
+from clawloop_assets.harness.agent_loop import (
     AgentSettings,
     parse_command,
     rollout_row,
     run_rollouts,
 )
-from clawloop_assets.synthesis import build_candidate, generator_spec, write_generator
+from clawloop_assets.synthesis import catalogs
+from clawloop_assets.synthesis.candidates import build_candidate, generator_spec, write_generator
 from clawloop_assets.task_bundle import load_task_bundle
 from resources.policy import Completion, PolicySession
 from resources.sandbox import BubblewrapSandbox, SandboxError
@@ -270,7 +270,7 @@ def test_without_a_quota_filesystem_the_episode_ends_past_the_quota(level0_task,
     # after each command and ends the episode at the first one past the quota.
     import contextlib
 
-    from clawloop_assets import agent_loop
+    from clawloop_assets.harness import agent_loop
 
     monkeypatch.setattr(agent_loop, "disk_quota", lambda directory, size, **limits: contextlib.nullcontext(False))
     settings = AgentSettings(max_turns=3, workspace_bytes=1 << 20)

@@ -2,9 +2,9 @@ import pytest
 from conftest import SANDBOX_BACKENDS, make_sandbox
 
 from benchmarks import sandbox_overhead
-from clawloop_assets.catalogs import load_capability_catalog
-from clawloop_assets.curriculum import LEVELS
 from clawloop_assets.loop_config import LoopConfig
+from clawloop_assets.synthesis.catalogs import load_capability_catalog
+from clawloop_assets.synthesis.plan import LEVELS
 
 
 @pytest.mark.parametrize("backend", SANDBOX_BACKENDS)

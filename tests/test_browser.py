@@ -18,7 +18,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from webserver_process import REPO, Webserver
 
 from clawloop_assets.definitions import round_assets
-from clawloop_assets.lineage import LEVEL_ASSETS, PHASE_ASSETS, asset_url
+from clawloop_assets.reporting.lineage import LEVEL_ASSETS, PHASE_ASSETS, asset_url
 from resources.warehouse import DuckDBWarehouse
 
 pytestmark = pytest.mark.slow

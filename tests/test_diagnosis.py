@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from clawloop_assets.diagnosis import (
+from clawloop_assets.diagnosis.failures import (
     InvalidSummary,
     aggregate_patterns,
     classify_failure,
@@ -130,7 +130,7 @@ def test_a_model_that_fails_the_probe_is_not_asked_again_and_the_rules_stand():
 
 
 def test_patterns_within_a_cause_are_split_by_meaning():
-    from clawloop_assets.sentence_embeddings import embed
+    from clawloop_assets.diagnosis.sentence_embeddings import embed
 
     # Two ways of writing a wrong deliverable: the input copied instead of a
     # count, and a count that is off. Same root cause, different meaning.

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from clawloop_assets.executable_domains import BUILTIN_DOMAINS_DIR, TOOL_CLI, load_domains
+from clawloop_assets.synthesis.executable_domains import BUILTIN_DOMAINS_DIR, TOOL_CLI, load_domains
 
 ROUND = "round-0001"
 

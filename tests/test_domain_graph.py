@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from clawloop_assets.domain_graph import (
+from clawloop_assets.synthesis.domain_graph import (
     AFFINITY_WEIGHTS,
     DomainGraph,
     DomainGraphError,
@@ -24,7 +24,7 @@ from clawloop_assets.domain_graph import (
     skill_rows,
     sql_tables,
 )
-from clawloop_assets.executable_domains import TOOL_CLI
+from clawloop_assets.synthesis.executable_domains import TOOL_CLI
 
 # A small inventory domain written for these tests (not one of the built-in domains).
 INVENTORY = '''"""A small inventory domain: products, stock, orders."""

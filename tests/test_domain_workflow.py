@@ -8,11 +8,11 @@ import json
 import dagster as dg
 import pytest
 
-from clawloop_assets import catalogs, task_graphs
-from clawloop_assets.agent_free_validation import validate_without_agent
-from clawloop_assets.executable_domains import BUILTIN_DOMAINS_DIR, load_domain
-from clawloop_assets.synthesis import build_candidate, domain_generator_spec, write_generator
+from clawloop_assets.synthesis import catalogs, task_graphs
+from clawloop_assets.synthesis.candidates import build_candidate, domain_generator_spec, write_generator
+from clawloop_assets.synthesis.executable_domains import BUILTIN_DOMAINS_DIR, load_domain
 from clawloop_assets.task_bundle import load_task_bundle
+from clawloop_assets.validation.agent_free import validate_without_agent
 from resources.sandbox import BubblewrapSandbox
 
 # The shipped domains alone: what a user put in $CLAWLOOP_HOME/domains never shapes the tests collected.
@@ -60,7 +60,7 @@ def test_a_grounded_task_passes_agent_free_validation_and_keeps_the_barrier(sand
 
 
 def test_an_ungroundable_domain_is_a_clear_build_failure(sandbox, tmp_path):
-    from clawloop_assets.executable_domains import load_domain
+    from clawloop_assets.synthesis.executable_domains import load_domain
 
     root = tmp_path / "read_only_shop"
     root.mkdir()

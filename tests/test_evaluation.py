@@ -8,10 +8,7 @@ import shutil
 import dagster as dg
 import pytest
 
-from clawloop_assets import curriculum
-from clawloop_assets.assets.synthesis import candidate_assignments
-from clawloop_assets.catalogs import ROUTES, round_capabilities
-from clawloop_assets.evaluation import (
+from clawloop_assets.evaluation.fixed_set import (
     EVALUATION_SEED_BASE,
     MANIFEST,
     EvaluationSetError,
@@ -27,7 +24,9 @@ from clawloop_assets.evaluation import (
 )
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.partitions import round_key
-from clawloop_assets.synthesis import build_candidate, task_id_for, write_generator
+from clawloop_assets.synthesis.candidates import build_candidate, candidate_assignments, task_id_for, write_generator
+from clawloop_assets.synthesis.catalogs import ROUTES, round_capabilities
+from clawloop_assets.synthesis.plan import first_plan
 from resources import paths
 from resources.sandbox import BubblewrapSandbox
 from resources.warehouse import DuckDBWarehouse, table_frame
@@ -120,7 +119,7 @@ def test_no_round_ever_draws_an_evaluation_seed_or_task(clawloop_home):
     capabilities = [c.id for c in round_capabilities(ROUTES)]
     for number, candidates in [(1, 64), (2, 64), (9999, 64), (9999, 5000)]:
         key = round_key(number)
-        plan = curriculum.first_plan(capabilities, candidates)
+        plan = first_plan(capabilities, candidates)
         rows = [{"round": key, "capability_id": e.capability_id, "difficulty": e.difficulty, "weight": e.weight,
                  "candidates": e.candidates, "source_round": None, "reason": e.reason, "knobs": []} for e in plan]
         warehouse.replace("synthesis_plans", table_frame("synthesis_plans", rows), {"round": key})

@@ -15,8 +15,8 @@ import sys
 
 import pytest
 
-from clawloop_assets import executable_domains
-from clawloop_assets.executable_domains import TOOL_CLI, DomainError, load_domain, load_domains, scan_domains
+from clawloop_assets.synthesis import executable_domains
+from clawloop_assets.synthesis.executable_domains import TOOL_CLI, DomainError, load_domain, load_domains, scan_domains
 
 BUILTIN = ("database_administration", "order_management", "warehouse_load_planning")
 

@@ -30,9 +30,9 @@ from family_tasks import (
     tree_digest,
 )
 
-from clawloop_assets.agent_free_validation import validate_without_agent
-from clawloop_assets.catalogs import load_domain_catalog
-from clawloop_assets.synthesis import generator_spec
+from clawloop_assets.synthesis.candidates import generator_spec
+from clawloop_assets.synthesis.catalogs import load_domain_catalog
+from clawloop_assets.validation.agent_free import validate_without_agent
 from resources.sandbox import BubblewrapSandbox
 
 DOMAINS = load_domain_catalog()

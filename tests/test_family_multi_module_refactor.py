@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from family_tasks import CAPABILITIES, build_bundle, domain_dependent_checks
 
-from clawloop_assets.catalogs import load_domain_catalog
+from clawloop_assets.synthesis.catalogs import load_domain_catalog
 from resources.sandbox import BubblewrapSandbox
 
 DOMAINS = load_domain_catalog()

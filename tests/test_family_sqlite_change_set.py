@@ -9,7 +9,7 @@ import sys
 
 from family_readings import SQLITE_READING_CASES, SQLITE_READINGS
 
-from clawloop_assets.catalogs import GENERATORS_DIR
+from clawloop_assets.synthesis.catalogs import GENERATORS_DIR
 
 
 def test_every_reading_is_exercised():

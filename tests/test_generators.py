@@ -15,21 +15,21 @@ from pathlib import Path
 import pytest
 from family_tasks import domain_dependent_checks
 
-from clawloop_assets.agent_free_validation import validate_without_agent
-from clawloop_assets.catalogs import (
-    CatalogError,
-    load_capability_catalog,
-    load_domain_catalog,
-)
-from clawloop_assets.curriculum import LEVELS
-from clawloop_assets.generators.generator_common import KNOBS, knob_text
-from clawloop_assets.synthesis import (
+from clawloop_assets.synthesis.candidates import (
     GeneratorSpec,
     build_candidate,
     generator_spec,
     write_generator,
 )
+from clawloop_assets.synthesis.catalogs import (
+    CatalogError,
+    load_capability_catalog,
+    load_domain_catalog,
+)
+from clawloop_assets.synthesis.generators.generator_common import KNOBS, knob_text
+from clawloop_assets.synthesis.plan import LEVELS
 from clawloop_assets.task_bundle import load_task_bundle
+from clawloop_assets.validation.agent_free import validate_without_agent
 from resources.sandbox import BubblewrapSandbox, SandboxError, SandboxLimits
 
 CAPABILITIES = {c.id: c for c in load_capability_catalog()}
@@ -68,7 +68,7 @@ def test_catalog_error_names_file_and_field(tmp_path):
     path.write_text(json.dumps({"capabilities": [{"id": "grouped_statistics", "track": "vibes", "description": "x", "skills": ["a"]}]}))
     with pytest.raises(CatalogError, match=r"capabilities.json: capabilities\[0\] \(grouped_statistics\): field 'track'"):
         load_capability_catalog(path)
-    domain = json.loads((Path(__file__).parents[1] / "clawloop_assets/catalog/domains.json").read_text())["domains"][0]
+    domain = json.loads((Path(__file__).parents[1] / "clawloop_assets/synthesis/catalog/domains.json").read_text())["domains"][0]
     del domain["group_field"]
     path = tmp_path / "domains.json"
     path.write_text(json.dumps({"domains": [domain]}))
@@ -128,7 +128,7 @@ def test_generator_knobs_change_the_instruction_and_keep_the_task_valid(sandbox,
 
 
 def test_the_plan_and_the_generators_know_the_same_knobs():
-    from clawloop_assets.curriculum import KNOB_FOR_ROOT_CAUSE
+    from clawloop_assets.synthesis.plan import KNOB_FOR_ROOT_CAUSE
     from resources.schemas import ROOT_CAUSES
 
     assert set(KNOB_FOR_ROOT_CAUSE.values()) == set(KNOBS)
@@ -184,7 +184,7 @@ def test_same_seed_gives_identical_bytes(sandbox, tmp_path, capability):
     assert tree_digest(first.bundle_dir) != tree_digest(other.bundle_dir)
 
 
-GENERATORS = Path(__file__).parents[1] / "clawloop_assets/generators"
+GENERATORS = Path(__file__).parents[1] / "clawloop_assets/synthesis/generators"
 SHARED = ("def write_task(", "def assemble(", "def new_rng(", "def record_ids(", "def csv_text(", "argparse")
 
 
@@ -287,7 +287,7 @@ def test_generator_writing_its_own_verifier_is_refused(sandbox, tmp_path):
 
 def test_generator_planting_a_symlink_is_refused(sandbox, tmp_path):
     good = generator_spec(CAPABILITIES["grouped_statistics"], DOMAINS[0], 0)
-    source = (Path(__file__).parents[1] / "clawloop_assets/generators/grouped_statistics.py").read_text()
+    source = (Path(__file__).parents[1] / "clawloop_assets/synthesis/generators/grouped_statistics.py").read_text()
     body = source.replace("if __name__ == \"__main__\":\n    main()",
                           "if __name__ == \"__main__\":\n    main()\n    import os\n    os.symlink('/etc/shadow', '/out/environment/shadow')")
     spec, gen = broken_generator(tmp_path, body)
@@ -304,7 +304,7 @@ def test_sandbox_failure_propagates(sandbox, tmp_path):
 
 def test_a_generator_that_is_not_deterministic_is_rejected(sandbox, tmp_path):
     # The real family, plus one file whose bytes change from run to run.
-    source = (Path(__file__).parents[1] / "clawloop_assets/generators/grouped_statistics.py").read_text()
+    source = (Path(__file__).parents[1] / "clawloop_assets/synthesis/generators/grouped_statistics.py").read_text()
     body = source.replace("if __name__ == \"__main__\":\n    main()",
                           "if __name__ == \"__main__\":\n    main()\n    import os\n"
                           "    open('/out/environment/noise.txt', 'w').write(os.urandom(8).hex())")

@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from clawloop_assets.agent_loop import AgentSettings, run_rollouts
 from clawloop_assets.cli import main
-from clawloop_assets.harbor import (
+from clawloop_assets.harbor.task_format import (
     MANIFEST_NAME,
     HarborTaskError,
     export_harbor_task,
     import_harbor_task,
 )
+from clawloop_assets.harness.agent_loop import AgentSettings, run_rollouts
+from clawloop_assets.harness.verification import run_verifier
 from clawloop_assets.task_bundle import TaskBundle, load_task_bundle
-from clawloop_assets.verification import run_verifier
 from resources import paths
 from resources.sandbox import BubblewrapSandbox, Mount
 
@@ -147,7 +147,7 @@ def test_a_crashing_test_sh_fails_its_own_oracle_so_the_task_is_refused(sandbox,
     """A crash of test.sh scores 0 (agent code it runs could cause one), so a
     task whose tests crash whatever the workspace fails agent-free validation
     on its own oracle, with the crash in the reason."""
-    from clawloop_assets.agent_free_validation import validate_without_agent
+    from clawloop_assets.validation.agent_free import validate_without_agent
 
     bundle = imported(sandbox, HARBOR_TASKS / "crashing-verifier", tmp_path)
     workspace = fresh_workspace(bundle, tmp_path)
@@ -232,7 +232,7 @@ def test_cli_imports_a_directory_listing_every_task_and_writes_the_manifest(sand
 def test_export_then_import_round_trip_of_a_generated_task(sandbox, clawloop_home, tmp_path, capsys):
     from test_transfer import ROUND, record_round
 
-    from clawloop_assets import catalogs
+    from clawloop_assets.synthesis import catalogs
 
     domain = catalogs.load_domain_catalog()[0].id
     warehouse, task_ids = record_round(tmp_path, [("file_reorganization", domain, 21), ("log_analysis", domain, 22),

@@ -8,7 +8,7 @@ import dagster as dg
 import pytest
 
 from clawloop_assets import cli
-from clawloop_assets.lineage import (
+from clawloop_assets.reporting.lineage import (
     LEVEL_ASSETS,
     PHASE_ASSETS,
     LineageError,

@@ -9,20 +9,20 @@ import dagster as dg
 import pytest
 from conftest import MODEL_CACHE
 
-from clawloop_assets.agent_free_validation import validate_without_agent
-from clawloop_assets.catalogs import load_capability_catalog, load_domain_catalog
-from clawloop_assets.model_generators import (
+from clawloop_assets.synthesis.candidates import build_candidate, generator_spec, write_generator
+from clawloop_assets.synthesis.catalogs import load_capability_catalog, load_domain_catalog
+from clawloop_assets.synthesis.model_generators import (
     GeneratorReplyError,
     extract_generator,
     generator_prompt,
     write_model_generator,
 )
-from clawloop_assets.synthesis import build_candidate, generator_spec, write_generator
 from clawloop_assets.task_bundle import load_task_bundle
+from clawloop_assets.validation.agent_free import validate_without_agent
 from resources.policy import Completion, PolicyModel, PolicySession
 from resources.sandbox import BubblewrapSandbox
 
-GENERATORS = Path(__file__).parents[1] / "clawloop_assets" / "generators"
+GENERATORS = Path(__file__).parents[1] / "clawloop_assets" / "synthesis" / "generators"
 CAPABILITIES = {c.id: c for c in load_capability_catalog()}
 DOMAIN = load_domain_catalog()[2]
 

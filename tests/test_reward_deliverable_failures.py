@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from conftest import SANDBOX_BACKENDS, make_sandbox
 
-from clawloop_assets.catalogs import GENERATORS_DIR
+from clawloop_assets.harness.verification import run_verifier
+from clawloop_assets.synthesis.catalogs import GENERATORS_DIR
 from clawloop_assets.task_bundle import load_task_bundle, write_task_toml
-from clawloop_assets.verification import run_verifier
 from resources.sandbox import Mount
 
 _spec = importlib.util.spec_from_file_location("verify", GENERATORS_DIR / "verify.py")

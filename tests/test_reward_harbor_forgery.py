@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from conftest import SANDBOX_BACKENDS, make_sandbox
 
-from clawloop_assets.harbor import import_harbor_task
+from clawloop_assets.harbor.task_format import import_harbor_task
+from clawloop_assets.harness.verification import run_verifier
 from clawloop_assets.task_bundle import load_task_bundle
-from clawloop_assets.verification import run_verifier
 from resources.sandbox import BubblewrapSandbox
 
 RUNNABLE = Path(__file__).parent / "harbor_tasks" / "count-error-lines"

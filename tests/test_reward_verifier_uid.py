@@ -11,8 +11,8 @@ import pytest
 from conftest import SANDBOX_BACKENDS, make_sandbox
 from test_reward_deliverable_failures import agent_workspace, make_bundle
 
+from clawloop_assets.harness.verification import run_verifier
 from clawloop_assets.task_bundle import load_task_bundle
-from clawloop_assets.verification import run_verifier
 
 
 @pytest.fixture(params=SANDBOX_BACKENDS)

@@ -14,12 +14,11 @@ from conftest import ROUND_ONE, docker_sandbox, materialize_round, round_resourc
 
 from benchmarks import sampling_temperature
 from benchmarks.round_phases import bench_round
-from clawloop_assets.assets.validation import round_seed
 from clawloop_assets.cli import why_stopped
 from clawloop_assets.definitions import defs, gate_checks, resources_for, round_assets
-from clawloop_assets.evaluation import is_evaluation_seed
-from clawloop_assets.generators.generator_common import WARMUP_OPERATIONS
+from clawloop_assets.evaluation.fixed_set import is_evaluation_seed
 from clawloop_assets.loop_config import LoopConfig
+from clawloop_assets.synthesis.generators.generator_common import WARMUP_OPERATIONS
 from resources.openai_policy import OpenAICompatiblePolicyModel
 from resources.sandbox import DockerSandbox
 from resources.warehouse import DuckDBWarehouse
@@ -185,7 +184,7 @@ def test_the_temperature_benchmark_judges_a_finished_round_as_the_round_did(fini
     others = sorted(task for task, decision in decided.items() if decision != "admitted")[:3]
     assert admitted and others, decided
     [rerun] = sampling_temperature.measure(finished_round.home, 1, [SMALL_ROUND.scheduled_temperature(ROUND_ONE)],
-                                           round_seed(ROUND_ONE, "validation", SMALL_ROUND), SMALL_ROUND,
+                                           SMALL_ROUND.round_seed(ROUND_ONE, "validation"), SMALL_ROUND,
                                            task_ids={*admitted, *others})
     assert rerun["decisions"] == {task: decided[task] for task in (*admitted, *others)}
     assert (rerun["tasks"], rerun["admitted"]) == (len(admitted) + len(others), len(admitted))

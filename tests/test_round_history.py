@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from clawloop_assets.round_history import (
+from clawloop_assets.reporting.round_history import (
     RoundFigures,
     history_metadata,
     history_table,

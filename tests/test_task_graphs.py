@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from clawloop_assets.task_graphs import (
+from clawloop_assets.synthesis.task_graphs import (
     FEATURES,
     Action,
     BarrierViolation,

@@ -3,7 +3,7 @@ infrastructure leave their group smaller and never count as failures."""
 
 import pytest
 
-from clawloop_assets.training_data import grpo_groups, sft_examples
+from clawloop_assets.training.examples import grpo_groups, sft_examples
 from resources.warehouse import table_frame
 from training_jobs.policy_gradient import group_advantages
 

@@ -9,10 +9,10 @@ import shutil
 import polars as pl
 import pytest
 
-from clawloop_assets import catalogs
 from clawloop_assets.loop_config import LoopConfig
-from clawloop_assets.synthesis import build_candidate, generator_spec, write_generator
-from clawloop_assets.transfer import PoolError, export_pool, load_pool, transfer_rl_only
+from clawloop_assets.synthesis import catalogs
+from clawloop_assets.synthesis.candidates import build_candidate, generator_spec, write_generator
+from clawloop_assets.training.transfer import PoolError, export_pool, load_pool, transfer_rl_only
 from resources.sandbox import BubblewrapSandbox
 from resources.warehouse import DuckDBWarehouse, table_frame
 
@@ -111,8 +111,9 @@ def test_transfer_trains_the_base_model_on_the_pool_with_grpo_only(clawloop_home
     policy = EmbeddedPolicyModel(model_cache_dir=str(base_checkpoint_dir.parent))
     loop = LoopConfig(max_turns=1)
 
-    summary = transfer_rl_only(pool, base_checkpoint_dir, tmp_path / "transfer", policy, BubblewrapSandbox(), loop,
-                               samples=8, log=lambda m: None)
+    summary = transfer_rl_only(pool, base_checkpoint_dir, tmp_path / "transfer", policy, BubblewrapSandbox(),
+                               loop.agent_settings(), loop.training_job_config("grpo"), loop.seed, samples=8,
+                               log=lambda m: None)
 
     assert summary["mode"] == "grpo_only" and summary["grpo_steps"] >= 1
     assert summary["policy_checkpoint_id"] != summary["base_checkpoint_id"]

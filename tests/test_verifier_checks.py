@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from clawloop_assets.agent_free_validation import _perturb_deliverable
-from clawloop_assets.catalogs import GENERATORS_DIR
+from clawloop_assets.synthesis.catalogs import GENERATORS_DIR
+from clawloop_assets.validation.agent_free import _perturb_deliverable
 from resources.sandbox import BubblewrapSandbox
 
 _spec = importlib.util.spec_from_file_location("verify", GENERATORS_DIR / "verify.py")

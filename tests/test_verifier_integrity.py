@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from conftest import SANDBOX_BACKENDS, docker_sandbox, make_sandbox
 
-from clawloop_assets.catalogs import load_capability_catalog, load_domain_catalog
-from clawloop_assets.synthesis import build_candidate, generator_spec, write_generator
+from clawloop_assets.harness.verification import run_verifier
+from clawloop_assets.synthesis.candidates import build_candidate, generator_spec, write_generator
+from clawloop_assets.synthesis.catalogs import load_capability_catalog, load_domain_catalog
 from clawloop_assets.task_bundle import load_task_bundle
-from clawloop_assets.verification import run_verifier
 from resources.sandbox import BubblewrapSandbox, Mount
 
 bubblewrap = BubblewrapSandbox()

@@ -13,14 +13,20 @@ from pathlib import Path
 
 import pytest
 
-from clawloop_assets import catalogs
-from clawloop_assets.agent_free_validation import validate_without_agent
-from clawloop_assets.curriculum import LEVELS, MIN_LEVEL
-from clawloop_assets.executable_domains import load_domains
-from clawloop_assets.generators.generator_common import WARMUP_LEVELS, WARMUP_OPERATIONS
-from clawloop_assets.synthesis import MAX_TURNS, build_candidate, domain_generator_spec, generator_spec, write_generator
+from clawloop_assets.harness.verification import run_verifier
+from clawloop_assets.synthesis import catalogs
+from clawloop_assets.synthesis.candidates import (
+    MAX_TURNS,
+    build_candidate,
+    domain_generator_spec,
+    generator_spec,
+    write_generator,
+)
+from clawloop_assets.synthesis.executable_domains import load_domains
+from clawloop_assets.synthesis.generators.generator_common import WARMUP_LEVELS, WARMUP_OPERATIONS
+from clawloop_assets.synthesis.plan import LEVELS, MIN_LEVEL
 from clawloop_assets.task_bundle import TaskBundle, load_task_bundle
-from clawloop_assets.verification import run_verifier
+from clawloop_assets.validation.agent_free import validate_without_agent
 from resources.sandbox import BubblewrapSandbox, Mount
 
 CAPABILITIES = catalogs.round_capabilities(catalogs.ROUTES)

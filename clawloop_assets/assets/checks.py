@@ -15,7 +15,7 @@ from clawloop_assets.assets.validation import (
     task_splits,
     validation_rollouts,
 )
-from clawloop_assets.evaluation import rollout_errors
+from clawloop_assets.evaluation.fixed_set import rollout_errors
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.partitions import round_partitions
 from resources.checkpoints import CheckpointError, verify_checkpoint

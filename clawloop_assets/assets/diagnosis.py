@@ -7,18 +7,19 @@ from collections import Counter
 import dagster as dg
 import polars as pl
 
-from clawloop_assets import catalogs, sentence_embeddings
-from clawloop_assets.assets.common import ROLLOUTS_POOL, WAREHOUSE_WRITER_POOL, record_cost
+from clawloop_assets.assets.common import (
+    ROLLOUTS_POOL,
+    WAREHOUSE_WRITER_POOL,
+    collect_rollouts,
+    record_cost,
+    rollout_metadata,
+)
 from clawloop_assets.assets.evaluation import evaluation
 from clawloop_assets.assets.training import policy_checkpoint, training_gain
-from clawloop_assets.assets.validation import (
-    collect_rollouts,
-    rollout_metadata,
-    round_seed,
-    task_splits,
-)
+from clawloop_assets.assets.validation import task_splits
 from clawloop_assets.cost import measure
-from clawloop_assets.diagnosis import (
+from clawloop_assets.diagnosis import sentence_embeddings
+from clawloop_assets.diagnosis.failures import (
     aggregate_patterns,
     rejection_kind,
     render_report,
@@ -26,12 +27,12 @@ from clawloop_assets.diagnosis import (
     summarize_failures,
     summarize_with_model,
 )
-from clawloop_assets.evaluation import ERROR_STATUSES, pass_at_1, rollout_errors
-from clawloop_assets.lineage import pattern_lineage_table
+from clawloop_assets.evaluation.fixed_set import ERROR_STATUSES, pass_at_1, rollout_errors
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.markdown import markdown_table
 from clawloop_assets.partitions import round_partitions
-from clawloop_assets.round_history import history_metadata, round_history, validation_effort
+from clawloop_assets.reporting.lineage import pattern_lineage_table
+from clawloop_assets.reporting.round_history import history_metadata, round_history, validation_effort
 from clawloop_assets.round_state import (
     input_policy,
     load_bundles,
@@ -39,6 +40,7 @@ from clawloop_assets.round_state import (
     round_policy,
     split_task_ids,
 )
+from clawloop_assets.synthesis import catalogs
 from resources import paths
 from resources.policy import PolicyModel
 from resources.sandbox import Sandbox
@@ -54,7 +56,7 @@ def heldout_baseline_rollouts(context: dg.AssetExecutionContext, warehouse: Ware
     key = context.partition_key
     ref = input_policy(warehouse, policy, key)
     rows, cost = collect_rollouts(context, warehouse, sandbox, policy, ref, split_task_ids(warehouse, key, "heldout"),
-                                  loop.heldout_samples, "heldout_before", round_seed(key, "heldout", loop), loop)
+                                  loop.heldout_samples, "heldout_before", loop.round_seed(key, "heldout"), loop)
     return dg.MaterializeResult(metadata=rollout_metadata(rows, cost, ref))
 
 
@@ -65,7 +67,7 @@ def diagnosis_rollouts(context: dg.AssetExecutionContext, warehouse: Warehouse, 
     key = context.partition_key
     ref = round_policy(warehouse, key, "policy")
     rows, cost = collect_rollouts(context, warehouse, sandbox, policy, ref, split_task_ids(warehouse, key, "heldout"),
-                                  loop.heldout_samples, "heldout_after", round_seed(key, "heldout", loop), loop)
+                                  loop.heldout_samples, "heldout_after", loop.round_seed(key, "heldout"), loop)
     return dg.MaterializeResult(metadata=rollout_metadata(rows, cost, ref))
 
 
@@ -94,7 +96,7 @@ def diagnosis_report(context: dg.AssetExecutionContext, warehouse: Warehouse, po
             session = policy.load(ref.path)
             try:
                 summaries, model_stats = summarize_with_model(
-                    summaries, instructions, session_summarizer(session, round_seed(key, "diagnosis", loop)),
+                    summaries, instructions, session_summarizer(session, loop.round_seed(key, "diagnosis")),
                     f"loop_model:{ref.checkpoint_id}", loop.summary_attempts, loop.summary_probe)
             finally:
                 session.close()
@@ -149,7 +151,7 @@ def round_summary(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg
     patterns = warehouse.read("diagnosis_patterns", {"round": key})
     ledger = warehouse.read("cost_ledger", {"round": key})
     admitted = int(admissions["admitted"].sum()) if admissions.height else 0
-    # The fixed evaluation set's figure (clawloop_assets/evaluation.py); None before any evaluation rollout.
+    # The fixed evaluation set's figure (clawloop_assets/evaluation/fixed_set.py); None before any evaluation rollout.
     evaluated = pass_at_1(rollouts.filter(pl.col("phase") == "evaluation"))
     summary = {
         "round": key,

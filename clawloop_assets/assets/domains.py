@@ -10,12 +10,12 @@ import shutil
 
 import dagster as dg
 
-from clawloop_assets import domain_graph, executable_domains
 from clawloop_assets.assets.common import WAREHOUSE_WRITER_POOL
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.markdown import markdown_table
 from clawloop_assets.partitions import round_partitions
 from clawloop_assets.round_state import input_policy, workdir
+from clawloop_assets.synthesis import domain_graph, executable_domains
 from resources.policy import PolicyModel, SamplingParams
 from resources.warehouse import Warehouse, table_frame
 

@@ -1,16 +1,16 @@
 """The evaluation asset: the round's trained policy on the fixed evaluation set
-(clawloop_assets/evaluation.py), k samples per task, pass@1 with its interval."""
+(clawloop_assets/evaluation/fixed_set.py), k samples per task, pass@1 with its interval."""
 
 import time
 import zlib
 
 import dagster as dg
 
-from clawloop_assets.agent_loop import rollout_row, run_rollouts
 from clawloop_assets.assets.common import ROLLOUTS_POOL, record_cost
 from clawloop_assets.assets.training import policy_checkpoint
 from clawloop_assets.cost import measure
-from clawloop_assets.evaluation import evaluation_tasks, pass_at_1, rollout_errors
+from clawloop_assets.evaluation.fixed_set import evaluation_tasks, pass_at_1, rollout_errors
+from clawloop_assets.harness.agent_loop import rollout_row, run_rollouts
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.markdown import markdown_table
 from clawloop_assets.partitions import round_partitions
@@ -63,7 +63,7 @@ def evaluation(context: dg.AssetExecutionContext, warehouse: Warehouse, sandbox:
     figure = {"evaluation_pass_at_1": score.pass_at_1, "evaluation_ci_low": score.ci_low, "evaluation_ci_high": score.ci_high}
     return dg.MaterializeResult(metadata={
         **{name: value for name, value in figure.items() if value is not None},
-        "interval": "95% Wilson score interval over tasks (clawloop_assets/evaluation.py: pass_at_1)",
+        "interval": "95% Wilson score interval over tasks (clawloop_assets/evaluation/fixed_set.py: pass_at_1)",
         "evaluation_tasks": score.tasks,
         "own_tasks": sum(t.source == "own" for t in tasks),
         "imported_tasks": sum(t.source == "imported" for t in tasks),

@@ -4,29 +4,26 @@ import json
 import shutil
 
 import dagster as dg
-import polars as pl
 
-from clawloop_assets import catalogs, curriculum
 from clawloop_assets.assets.common import WAREHOUSE_WRITER_POOL, record_cost
 from clawloop_assets.cost import measure
-from clawloop_assets.executable_domains import load_domains, scan_domains
-from clawloop_assets.generators.generator_common import WARMUP_OPERATIONS
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.markdown import markdown_table
-from clawloop_assets.model_generators import GeneratorReplyError, generator_prompt, write_model_generator
 from clawloop_assets.partitions import previous_round, round_number, round_partitions
-from clawloop_assets.partitions import round_key as round_key_for
-from clawloop_assets.round_state import MissingUpstreamError, input_policy, require_rows, workdir
-from clawloop_assets.synthesis import (
+from clawloop_assets.round_state import input_policy, require_rows, workdir
+from clawloop_assets.synthesis import catalogs
+from clawloop_assets.synthesis.candidates import (
     CandidateBuild,
     GeneratorSpec,
     build_candidate,
-    domain_generator_spec,
-    generator_spec,
+    candidate_assignments,
     task_id_for,
     write_generator,
 )
-from clawloop_assets.task_bundle import warmup_operation
+from clawloop_assets.synthesis.evidence import controller_inputs, controller_temperature, warmup_operation_evidence
+from clawloop_assets.synthesis.executable_domains import scan_domains
+from clawloop_assets.synthesis.model_generators import GeneratorReplyError, generator_prompt, write_model_generator
+from clawloop_assets.synthesis.plan import first_plan, next_plan
 from resources.policy import PolicyModel, SamplingParams
 from resources.sandbox import Sandbox
 from resources.warehouse import Warehouse, table_frame
@@ -71,7 +68,7 @@ def synthesis_plan(context: dg.AssetExecutionContext, warehouse: Warehouse, loop
     upstream = previous_round(key)
     drift = 0.0
     if upstream is None:
-        plan = curriculum.first_plan(capabilities, loop.candidates_per_round)
+        plan = first_plan(capabilities, loop.candidates_per_round)
         temperature, _ = rollout_temperature_row(warehouse, key, loop)
     else:
         levels, evidence, failure_share, drift, failure_causes = controller_inputs(warehouse, key, loop.controller_recency)
@@ -81,9 +78,9 @@ def synthesis_plan(context: dg.AssetExecutionContext, warehouse: Warehouse, loop
             # sampled at different temperatures mixes the training's gain with
             # the temperature's cost, and the next round samples at another.
             drift = shift
-        plan = curriculum.next_plan(capabilities, levels, evidence, failure_share, loop.candidates_per_round,
-                                    loop.controller(), drift, failure_causes,
-                                    warmup_operation_evidence(warehouse, key, loop.controller_recency))
+        plan = next_plan(capabilities, levels, evidence, failure_share, loop.candidates_per_round,
+                         loop.controller(), drift, failure_causes,
+                         warmup_operation_evidence(warehouse, key, loop.controller_recency))
     rows = [
         {"round": key, "capability_id": e.capability_id, "difficulty": e.difficulty, "weight": e.weight,
          "candidates": e.candidates, "source_round": upstream, "reason": e.reason, "knobs": list(e.knobs),
@@ -110,126 +107,19 @@ def synthesis_plan(context: dg.AssetExecutionContext, warehouse: Warehouse, loop
     })
 
 
-def controller_inputs(warehouse: Warehouse, round_key: str, recency: float):
-    """What the controller plans round k+1 from: each capability's primary
-    level last round, the evidence per (capability, level) of every round so
-    far (validation pass counts and admissions, a round j rounds back weighing
-    recency**j), each capability's share of last round's diagnosed failures,
-    the drift of the pass rate between the last two rounds, and the root
-    causes of each capability's diagnosed failures (counts)."""
-    upstream = previous_round(round_key)
-    if warehouse.read("round_summaries", {"round": upstream}).is_empty():
-        raise MissingUpstreamError(f"{upstream} has not completed (no round_summary): finish it before planning the next round")
-    plan = warehouse.read("synthesis_plans", {"round": upstream})
-    # The primary level: most candidates; on a tie (a hedged move) the higher one.
-    levels = {}
-    for row in plan.sort(["candidates", "difficulty"], descending=True).iter_rows(named=True):
-        levels.setdefault(row["capability_id"], row["difficulty"])
-    per_round: list[dict[tuple[str, int], curriculum.CellEvidence]] = []
-    for _, candidates in past_candidates(warehouse, round_key):
-        cells: dict[tuple[str, int], curriculum.CellEvidence] = {}
-        for row in candidates.iter_rows(named=True):
-            cell = cells.setdefault((row["capability_id"], row["difficulty"]), curriculum.CellEvidence())
-            cell.add(1.0, passes=row["pass_count"], rollouts=row["scored_rollouts"], admitted=int(row["admitted"]),
-                     candidates=1)
-        per_round.append(cells)
-    evidence: dict[tuple[str, int], curriculum.CellEvidence] = {}
-    for age, cells in enumerate(reversed(per_round)):
-        for key, cell in cells.items():
-            evidence.setdefault(key, curriculum.CellEvidence()).add(
-                recency**age, cell.passes, cell.rollouts, cell.admitted, cell.candidates)
-    summaries = warehouse.read("failure_summaries", {"round": upstream})
-    failures = max(summaries.height, 1)
-    failure_share = {c: summaries.filter(pl.col("capability_id") == c).height / failures
-                     for c in set(plan["capability_id"])}
-    failure_causes: dict[str, dict[str, int]] = {}
-    for row in summaries.group_by("capability_id", "root_cause").len().iter_rows(named=True):
-        failure_causes.setdefault(row["capability_id"], {})[row["root_cause"]] = row["len"]
-    return levels, evidence, failure_share, curriculum.estimate_drift(per_round), failure_causes
-
-
 def rollout_temperature_row(warehouse: Warehouse, round_key: str, loop: LoopConfig) -> tuple[dict, float | None]:
     """(the rollout_temperatures row of `round_key`, the pass-rate shift the
     levels see): the schedule's temperature (shift None: the levels keep
-    estimate_drift), or after it the controller's choice from the last
-    round's validation rollouts and its held-out split before and after
-    training (TemperatureDecision.pass_rate_shift)."""
+    estimate_drift), or after it the controller's choice (controller_temperature)."""
     scheduled = loop.scheduled_temperature(round_key)
     if scheduled is not None:
         return {"round": round_key, "temperature": scheduled, "source": "schedule", "predicted_pass_rate": None,
                 "pass_rate_shift": None,
                 "reason": f"round {round_number(round_key)} of the schedule {loop.round_temperatures}"}, None
-    upstream = previous_round(round_key)
-    rollouts = warehouse.read("rollouts", {"round": upstream})
-    validation = rollouts.filter(pl.col("phase") == "validation")
-    if validation.is_empty():
-        raise MissingUpstreamError(f"{upstream} has no validation rollouts to choose {round_key}'s temperature from: "
-                                   f"materialize validation_rollouts for {upstream} first")
-    previous = float(validation["temperature"].mode().sort()[0])
-    decision = curriculum.choose_temperature(
-        previous, *(rollout_evidence(rollouts, phase) for phase in ("validation", "heldout_before", "heldout_after")),
-        loop.controller())
+    decision = controller_temperature(warehouse, round_key, loop.controller())
     return {"round": round_key, "temperature": decision.temperature, "source": "controller",
             "predicted_pass_rate": decision.predicted_pass_rate, "pass_rate_shift": decision.pass_rate_shift,
             "reason": decision.reason}, decision.pass_rate_shift
-
-
-def rollout_evidence(rollouts: pl.DataFrame, phase: str) -> curriculum.CellEvidence:
-    """The judged rollouts of one phase as pass counts (lost or canary-flagged ones are not judged)."""
-    judged = rollouts.filter((pl.col("phase") == phase) & (pl.col("status") == "scored") & ~pl.col("canary_seen"))
-    return curriculum.CellEvidence(passes=float(judged["reward"].sum()), rollouts=float(judged.height))
-
-
-def past_candidates(warehouse: Warehouse, round_key: str) -> list[tuple[int, pl.DataFrame]]:
-    """Every round before `round_key`, oldest first, as (age: 1 for the last
-    round, its validated candidates: admissions joined with their tasks)."""
-    number = round_number(round_key)
-    out = []
-    for past in range(1, number):
-        past_key = round_key_for(past)
-        tasks = warehouse.read("tasks", {"round": past_key}).select("task_id", "capability_id", "difficulty", "bundle_path")
-        out.append((number - past, warehouse.read("admissions", {"round": past_key}).join(tasks, on="task_id")))
-    return out
-
-
-def warmup_operation_evidence(warehouse: Warehouse, round_key: str, recency: float
-                              ) -> dict[tuple[int, str], curriculum.CellEvidence]:
-    """Per (warm-up level, operation), pooled over capabilities: the
-    validation pass counts and admissions of every round before `round_key`,
-    a round j rounds back weighing recency**j. A task's operation is in its
-    bundle's meta.json; a bundle since removed is left out."""
-    evidence: dict[tuple[int, str], curriculum.CellEvidence] = {}
-    for age, candidates in past_candidates(warehouse, round_key):
-        warmup = candidates.filter(pl.col("difficulty").is_in(list(WARMUP_OPERATIONS)))
-        for row in warmup.iter_rows(named=True):
-            operation = warmup_operation(row["bundle_path"])
-            if operation:
-                evidence.setdefault((row["difficulty"], operation), curriculum.CellEvidence()).add(
-                    recency ** (age - 1), passes=row["pass_count"], rollouts=row["scored_rollouts"],
-                    admitted=int(row["admitted"]), candidates=1)
-    return evidence
-
-
-def candidate_assignments(warehouse: Warehouse, round_key: str) -> list[tuple[GeneratorSpec, int]]:
-    """(generator, seed) for every candidate of the plan: capabilities rotate
-    through the domains, offset by round so each round sees other domains first."""
-    plan = require_rows(warehouse, "synthesis_plans", round_key, "synthesis_plan")
-    capabilities = {c.id: c for c in catalogs.round_capabilities(catalogs.ROUTES)}
-    domains = catalogs.load_domain_catalog()
-    executable = load_domains() if catalogs.DOMAIN_WORKFLOW.id in set(plan["capability_id"]) else []
-    number = round_number(round_key)
-    assignments = []
-    for entry in plan.sort("capability_id").iter_rows(named=True):
-        capability, knobs = capabilities[entry["capability_id"]], entry["knobs"] or ()
-        mix = json.loads(entry["operation_weights"]) if entry.get("operation_weights") else None
-        for j in range(entry["candidates"]):
-            if catalogs.route_of(capability.id) == "domain":
-                spec = domain_generator_spec(capability, executable[(number + j) % len(executable)], entry["difficulty"],
-                                             knobs, mix)
-            else:
-                spec = generator_spec(capability, domains[(number * 5 + j) % len(domains)], entry["difficulty"], knobs, mix)
-            assignments.append((spec, number * 1000 + j))
-    return assignments
 
 
 @dg.asset(partitions_def=round_partitions, group_name=GROUP, pool=WAREHOUSE_WRITER_POOL, deps=[synthesis_plan, domain_catalog])

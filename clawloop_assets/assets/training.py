@@ -6,8 +6,8 @@ import json
 import dagster as dg
 import polars as pl
 
-from clawloop_assets.assets.common import ROLLOUTS_POOL, WAREHOUSE_WRITER_POOL, record_cost
-from clawloop_assets.assets.validation import collect_rollouts, round_seed, task_splits
+from clawloop_assets.assets.common import ROLLOUTS_POOL, WAREHOUSE_WRITER_POOL, collect_rollouts, record_cost
+from clawloop_assets.assets.validation import task_splits
 from clawloop_assets.cost import measure
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.markdown import markdown_table
@@ -20,7 +20,7 @@ from clawloop_assets.round_state import (
     split_task_ids,
     workdir,
 )
-from clawloop_assets.training_data import grpo_groups, sft_examples, write_jsonl
+from clawloop_assets.training.examples import grpo_groups, sft_examples, write_jsonl
 from resources.checkpoints import checkpoint_id
 from resources.policy import PolicyModel
 from resources.sandbox import Sandbox
@@ -124,7 +124,7 @@ def training_gain(context: dg.AssetExecutionContext, warehouse: Warehouse, sandb
     if loop.train_eval_samples == 0 or not task_ids:
         reason = "train_eval_samples=0" if loop.train_eval_samples == 0 else "T_k is empty"
         return dg.MaterializeResult(metadata={"status": f"skipped: {reason}"})
-    seed = round_seed(key, "train_eval", loop)
+    seed = loop.round_seed(key, "train_eval")
     before, _ = collect_rollouts(context, warehouse, sandbox, policy, before_ref, task_ids, loop.train_eval_samples,
                                  "train_before", seed, loop)
     if after_ref.checkpoint_id == before_ref.checkpoint_id:

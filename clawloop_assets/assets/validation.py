@@ -1,37 +1,33 @@
 """Phase 1b: agent-free validation, the admission rollouts, the admission band
 and the train / held-out split."""
 
-import zlib
 from collections import Counter
-from typing import Callable
 
 import dagster as dg
 import polars as pl
 
-from clawloop_assets.admission import admission_is_final, decide_admission, sequential_waves, split_tasks
-from clawloop_assets.agent_free_validation import validate_without_agent
-from clawloop_assets.agent_loop import Rollout, judged_reward, rollout_row, run_in_waves, run_rollouts
 from clawloop_assets.assets.common import (
     ROLLOUTS_POOL,
     WAREHOUSE_WRITER_POOL,
+    collect_rollouts,
     histogram_table,
-    markdown_table,
     record_cost,
+    rollout_metadata,
 )
 from clawloop_assets.assets.synthesis import candidate_tasks
 from clawloop_assets.cost import measure
-from clawloop_assets.evaluation import rollout_errors
+from clawloop_assets.harness.agent_loop import judged_reward
 from clawloop_assets.loop_config import LoopConfig
+from clawloop_assets.markdown import markdown_table
 from clawloop_assets.partitions import round_partitions
 from clawloop_assets.round_state import (
-    PolicyRef,
     input_policy,
-    load_bundles,
     require_rows,
-    rollout_temperature,
     workdir,
 )
 from clawloop_assets.task_bundle import load_task_bundle
+from clawloop_assets.validation.admission import admission_is_final, decide_admission, split_tasks
+from clawloop_assets.validation.agent_free import validate_without_agent
 from resources.policy import PolicyModel
 from resources.sandbox import Sandbox
 from resources.warehouse import Warehouse, table_frame
@@ -65,55 +61,6 @@ def agent_free_validation(context: dg.AssetExecutionContext, warehouse: Warehous
     })
 
 
-def collect_rollouts(context, warehouse, sandbox, policy: PolicyModel, ref: PolicyRef, task_ids, samples, phase, seed,
-                     loop: LoopConfig, is_decided: Callable[[list[Rollout]], bool] | None = None):
-    """Roll the policy out on tasks, store the rollouts of this phase, return
-    them. With `is_decided` (a task's rollouts so far -> nothing more can
-    change what they decide), the samples run in waves (`sequential_waves`)."""
-    key = context.partition_key
-    bundles = load_bundles(warehouse, key, task_ids)
-    settings = loop.agent_settings(rollout_temperature(warehouse, key, loop.scheduled_temperature(key)))
-    with measure(phase) as cost:
-        session = policy.load(ref.path)
-        try:
-            directory = workdir(key, "rollouts", phase)
-            if is_decided is None:
-                rollouts = run_rollouts(session, sandbox, bundles, samples, settings, directory, seed,
-                                        progress=context.log.info)
-            else:
-                rollouts = run_in_waves(session, sandbox, bundles, sequential_waves(loop.admission_band()), settings,
-                                        directory, seed, is_decided, progress=context.log.info)
-        finally:
-            session.close()
-        rows = [rollout_row(r, round_key=key, phase=phase, checkpoint_id=ref.checkpoint_id, temperature=settings.temperature)
-                for r in rollouts]
-        cost.rollouts = len(rows)
-        cost.tokens = sum(r["generated_tokens"] for r in rows)
-    frame = table_frame("rollouts", rows)
-    warehouse.replace("rollouts", frame, {"round": key, "phase": phase})
-    record_cost(warehouse, key, cost)
-    return frame, cost
-
-
-def rollout_metadata(rows: pl.DataFrame, cost, ref: PolicyRef) -> dict:
-    scored = rows.filter(pl.col("status") == "scored")
-    errors = rollout_errors(rows)
-    return {
-        "upstream_round": ref.upstream_round or "none (base model)",
-        "policy_checkpoint_id": ref.checkpoint_id,
-        "rollouts": rows.height,
-        "excluded_rollouts": rows.height - scored.height,
-        # Harness errors, shown per asset; checks.py blocks the round when there are too many.
-        "error_rollouts": sum(errors.values()),
-        "errors_by_status": errors,
-        "canary_flagged_rollouts": int(rows["canary_seen"].sum()),
-        "pass_rate": round(float(scored["reward"].mean()), 4) if scored.height else 0.0,
-        "mean_turns": round(float(rows["turns"].mean()), 2) if rows.height else 0.0,
-        "generated_tokens_per_second": round(cost.tokens / max(rows["model_seconds"].sum(), 1e-9), 1),
-        "seconds": round(cost.wall_seconds, 2),
-    }
-
-
 @dg.asset(partitions_def=round_partitions, group_name=GROUP, pool=ROLLOUTS_POOL, deps=[agent_free_validation])
 def validation_rollouts(context: dg.AssetExecutionContext, warehouse: Warehouse, sandbox: Sandbox,
                         policy: PolicyModel, loop: LoopConfig) -> dg.MaterializeResult:
@@ -125,7 +72,7 @@ def validation_rollouts(context: dg.AssetExecutionContext, warehouse: Warehouse,
     band = loop.admission_band()
     is_decided = (lambda done: admission_is_final([judged_reward(r) for r in done], band)) if loop.sequential_rollouts else None
     rows, cost = collect_rollouts(context, warehouse, sandbox, policy, ref, task_ids, loop.rollouts_per_task,
-                                  "validation", round_seed(key, "validation", loop), loop, is_decided)
+                                  "validation", loop.round_seed(key, "validation"), loop, is_decided)
     saved = len(task_ids) * loop.rollouts_per_task - rows.height
     return dg.MaterializeResult(metadata={**rollout_metadata(rows, cost, ref), "sequential": loop.sequential_rollouts,
                                           "rollouts_saved": saved})
@@ -166,14 +113,9 @@ def task_splits(context: dg.AssetExecutionContext, warehouse: Warehouse, loop: L
     admitted = require_rows(warehouse, "admissions", key, "admitted_tasks").filter(pl.col("admitted"))
     tasks = warehouse.read("tasks", {"round": key})
     capability_of = dict(zip(tasks["task_id"], tasks["capability_id"]))
-    split = split_tasks({t: capability_of[t] for t in admitted["task_id"]}, loop.heldout_fraction, round_seed(key, "split", loop))
+    split = split_tasks({t: capability_of[t] for t in admitted["task_id"]}, loop.heldout_fraction, loop.round_seed(key, "split"))
     rows = [{"round": key, "task_id": t, "split": s} for t, s in sorted(split.items())]
     warehouse.replace("task_splits", table_frame("task_splits", rows), {"round": key})
     counts = Counter(split.values())
     return dg.MaterializeResult(metadata={"train_tasks": counts["train"], "heldout_tasks": counts["heldout"],
                                           "splits": markdown_table(["task", "split"], [(r["task_id"], r["split"]) for r in rows])})
-
-
-def round_seed(round_key: str, purpose: str, loop: LoopConfig) -> int:
-    """Stable seeds per round and purpose (the held-out before/after pair shares one)."""
-    return (zlib.crc32(f"{round_key}/{purpose}".encode()) + loop.seed) % (2**31)

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from clawloop_assets.harbor import harbor_verifier_mounts
+from clawloop_assets.harbor.task_format import harbor_verifier_mounts
 from clawloop_assets.task_bundle import TaskBundle, TaskBundleError
 from resources.sandbox import VERIFIER_UID, Mount, Sandbox, SandboxLimits, copy_tree_safely
 
@@ -96,7 +96,7 @@ def run_verifier(
         seconds = time.monotonic() - started
         if harbor is not None and not outcome.timed_out and outcome.exit_code in (137, -9):
             # An imported task's tests run the agent's code as the verifier's
-            # uid, and that code can SIGKILL the wrapper (harbor.py): its
+            # uid, and that code can SIGKILL the wrapper (harbor/task_format.py): its
             # doing, so a 0, never an error that would exclude the rollout.
             check = {"name": "harbor_reward", "passed": False,
                      "detail": "the verifier was killed (SIGKILL) while the task's tests ran: no reward counts"}

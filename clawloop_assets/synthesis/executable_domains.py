@@ -32,7 +32,7 @@ copied into every workspace with the tools: `python3 tools.py <tool>
 transaction, prints its result as JSON (exit 0) or the refusal (exit 1), and
 `python3 tools.py --schema` prints every tool's parameters and description.
 
-The built-in domains live in `clawloop_assets/domains/`; more are read from
+The built-in domains live in `clawloop_assets/synthesis/domains/`; more are read from
 `$CLAWLOOP_HOME/domains/`. A malformed user domain is rejected alone, with its
 file and the reason (`scan_domains`), and the others are used.
 """
@@ -47,6 +47,8 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from clawloop_assets.synthesis import domain_graph
 
 BUILTIN_DOMAINS_DIR = Path(__file__).parent / "domains"
 TOOL_CLI = BUILTIN_DOMAINS_DIR / "tool_cli.py"
@@ -120,8 +122,6 @@ def load_domain(root: Path) -> ExecutableDomain:
 
 def _check_sources(domain: ExecutableDomain) -> None:
     """What load_domain checks beyond domain.json; nothing is executed but the schema, in memory."""
-    from clawloop_assets import domain_graph
-
     seed_path = domain.path("seed.py")
     try:
         seed = ast.parse(_read(seed_path), str(seed_path))

@@ -23,10 +23,8 @@ from typing import Callable
 
 import polars as pl
 
-from clawloop_assets import catalogs
-from clawloop_assets.curriculum import LEVELS
-from clawloop_assets.executable_domains import load_domains
-from clawloop_assets.synthesis import (
+from clawloop_assets.synthesis import catalogs
+from clawloop_assets.synthesis.candidates import (
     GeneratorSpec,
     build_candidate,
     domain_generator_spec,
@@ -34,6 +32,8 @@ from clawloop_assets.synthesis import (
     task_id_for,
     write_generator,
 )
+from clawloop_assets.synthesis.executable_domains import load_domains
+from clawloop_assets.synthesis.plan import LEVELS
 from clawloop_assets.task_bundle import TaskBundle, TaskBundleError, load_task_bundle
 from resources import paths
 from resources.sandbox import Sandbox

@@ -17,8 +17,8 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Iterable
 
+from clawloop_assets.harness.verification import run_verifier
 from clawloop_assets.task_bundle import TaskBundle
-from clawloop_assets.verification import run_verifier
 from resources.sandbox import Mount, Sandbox, SandboxLimits, copy_tree_safely, disk_quota
 
 ORACLE_LIMITS = SandboxLimits(wall_seconds=30.0, cpu_seconds=20)

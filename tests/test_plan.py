@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from clawloop_assets.curriculum import (
+from clawloop_assets.synthesis.plan import (
     MAX_LEVEL,
     MIN_LEVEL,
     CellEvidence,
@@ -184,8 +184,8 @@ def test_round_two_plan_follows_round_one_evidence_and_report(clawloop_home):
     """The asset's inputs, read from a warehouse holding round 1: a capability
     whose tasks all passed moves up (hedged), the diagnosed one keeps its
     share, and every reason says why."""
-    from clawloop_assets.assets.synthesis import controller_inputs
     from clawloop_assets.loop_config import LoopConfig
+    from clawloop_assets.synthesis.evidence import controller_inputs
     from resources.warehouse import DuckDBWarehouse, table_frame
 
     warehouse, key, L = DuckDBWarehouse(), "round-0001", MIN_LEVEL  # round 1 plans the lowest level
@@ -292,7 +292,7 @@ def test_warmup_operation_evidence_reads_each_tasks_operation_from_its_bundle(cl
     is gone is left out."""
     import json
 
-    from clawloop_assets.assets.synthesis import warmup_operation_evidence
+    from clawloop_assets.synthesis.evidence import warmup_operation_evidence
     from resources.warehouse import DuckDBWarehouse, table_frame
 
     warehouse = DuckDBWarehouse()

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence, TypeVar
 
+from clawloop_assets.harness.verification import run_verifier
 from clawloop_assets.task_bundle import TaskBundle
-from clawloop_assets.verification import run_verifier
 from resources.policy import PolicyServerError, PolicySession, SamplingParams
 from resources.sandbox import (
     CopyReport,

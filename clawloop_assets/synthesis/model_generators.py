@@ -17,8 +17,8 @@ import re
 import tempfile
 from pathlib import Path
 
-from clawloop_assets.catalogs import Capability, Domain
-from clawloop_assets.synthesis import GENERATOR_COMMON, GeneratorSpec, write_generator
+from clawloop_assets.synthesis.candidates import GENERATOR_COMMON, GeneratorSpec, write_generator
+from clawloop_assets.synthesis.catalogs import Capability, Domain
 
 MAX_GENERATOR_BYTES = 64 << 10
 _CODE_BLOCK = re.compile(r"```(?:python|py)[ \t]*\n(.*?)```", re.S)

@@ -22,11 +22,10 @@ from typing import Callable
 
 import polars as pl
 
-from clawloop_assets.agent_loop import rollout_row, run_rollouts
-from clawloop_assets.loop_config import LoopConfig
+from clawloop_assets.harness.agent_loop import AgentSettings, rollout_row, run_rollouts
 from clawloop_assets.round_state import require_rows
 from clawloop_assets.task_bundle import TaskBundle, load_task_bundle
-from clawloop_assets.training_data import TRAINING_COLUMNS, write_jsonl
+from clawloop_assets.training.examples import TRAINING_COLUMNS, write_jsonl
 from resources.checkpoints import checkpoint_id, verify_checkpoint
 from resources.paths import staged_directory
 from resources.policy import PolicyModel
@@ -35,7 +34,7 @@ from resources.warehouse import Warehouse, table_frame
 
 POOL_MANIFEST = "pool.json"
 POOL_FORMAT = 1
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class PoolError(ValueError):
@@ -100,18 +99,22 @@ def transfer_rl_only(
     out_dir: Path,
     policy: PolicyModel,
     sandbox: Sandbox,
-    loop: LoopConfig,
+    settings: AgentSettings,
+    grpo_config: dict,
+    seed: int,
     samples: int = 8,
     log: Callable[[str], None] = print,
 ) -> dict:
     """Train `base_checkpoint` on the pool with GRPO only; returns (and writes
-    to `out_dir/transfer.json`) the pass rates before and after."""
+    to `out_dir/transfer.json`) the pass rates before and after. The agent
+    samples with `settings`, GRPO runs with the recipe's fields `grpo_config`
+    (LoopConfig.training_job_config("grpo")), and the rollouts' seeds derive
+    from `seed`."""
     manifest, bundles = load_pool(pool_dir)
     verify_checkpoint(base_checkpoint)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     base_id = checkpoint_id(base_checkpoint)
-    settings = loop.agent_settings()
     label = f"transfer-{manifest['round']}"
 
     def rollouts(checkpoint: Path, split: str, phase: str, seed: int) -> pl.DataFrame:
@@ -127,7 +130,7 @@ def transfer_rl_only(
         return table_frame("rollouts", [rollout_row(r, round_key=label, phase=phase, checkpoint_id=ckpt,
                                                     temperature=settings.temperature) for r in done])
 
-    train_seed, heldout_seed = loop.seed + 1, loop.seed + 2
+    train_seed, heldout_seed = seed + 1, seed + 2
     log(f"transfer: {len(bundles['train'])} training and {len(bundles['heldout'])} held-out tasks from {pool_dir}")
     before = {"train": rollouts(base_checkpoint, "train", "train_before", train_seed),
               "heldout": rollouts(base_checkpoint, "heldout", "heldout_before", heldout_seed)}
@@ -142,7 +145,7 @@ def transfer_rl_only(
             "use more --samples or a pool nearer this model's level"
         )
     trained = out_dir / "policy"
-    job = {**loop.training_job_config("grpo"), "base_checkpoint": str(base_checkpoint),
+    job = {**grpo_config, "base_checkpoint": str(base_checkpoint),
            "reference_checkpoint": str(base_checkpoint), "output_checkpoint": str(trained),
            "examples": str(write_jsonl(groups, out_dir / "grpo_examples.jsonl"))}
     config_file = out_dir / "grpo_config.json"

@@ -26,7 +26,7 @@ class RoundFigures(NamedTuple):
     rollouts_per_admitted_task: float | None
     heldout_pass_rate_before: float | None
     heldout_pass_rate_after: float | None
-    # The fixed evaluation set's pass@1 and its 95% interval (clawloop_assets/evaluation.py).
+    # The fixed evaluation set's pass@1 and its 95% interval (clawloop_assets/evaluation/fixed_set.py).
     evaluation_pass_at_1: float | None = None
     evaluation_ci_low: float | None = None
     evaluation_ci_high: float | None = None

@@ -43,7 +43,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from clawloop_assets.generators.generator_common import WARMUP_OPERATIONS
+from clawloop_assets.synthesis.generators.generator_common import WARMUP_OPERATIONS
 from resources.schemas import MAX_LEVEL, MIN_LEVEL
 
 # Every generator family implements levels MIN_LEVEL to MAX_LEVEL (the scale
@@ -345,7 +345,7 @@ def choose_temperature(previous: float, validation: CellEvidence, heldout_before
     temperature; a higher one spreads them again. The step is bounded, and
     each round measures again: a policy less sensitive than assumed is
     approached more slowly, one up to twice as sensitive with a damped
-    swing (tests/test_curriculum.py simulates both)."""
+    swing (tests/test_plan.py simulates both)."""
     low, high = controller.band
     target = (low + high) / 2
     drift, drift_text = 0.0, "no held-out drift (too few held-out rollouts)"

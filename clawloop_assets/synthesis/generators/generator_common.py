@@ -33,7 +33,7 @@ from decimal import Decimal
 #      differences across files, unit mismatches; the contract says how each
 #      is treated and the gold answer is computed on the dirty data
 #   5  level 4 with more hidden decisions and larger data (hundreds of records)
-# (curriculum.LEVELS is the host's copy of this range, -2 to 5.)
+# (plan.LEVELS is the host's copy of this range, -2 to 5.)
 # Structured deliverables rotate through these with the seed (levels 2 and up).
 DELIVERABLE_FORMATS = ("json", "csv", "files", "report")
 
@@ -185,7 +185,7 @@ def one_step_task(rng, params, workspace):
         raise ValueError("the level-0 workspace has no text file of three lines or more for a warm-up task")
     name = rng.choice(files[:4])
     operations = WARMUP_OPERATIONS[level]
-    # The plan's shares of the level's operations (curriculum.warmup_operation_mix),
+    # The plan's shares of the level's operations (plan.warmup_operation_mix),
     # else an even draw (the draw round 1 and every plan without a mix make).
     weights = params.get("operation_weights")
     if weights:
@@ -238,7 +238,7 @@ def write_task(out, task):
             handle.write(data if isinstance(data, bytes) else data.encode("utf-8"))
 
 
-# Generator knobs the plan may turn (curriculum.KNOB_FOR_ROOT_CAUSE is the
+# Generator knobs the plan may turn (plan.KNOB_FOR_ROOT_CAUSE is the
 # host's map from diagnosed root cause to knob).
 KNOBS = ("final_check", "inline_contract", "list_tools", "list_workspace_files")
 # What the sandbox's workspace offers, for the list_tools knob.
@@ -255,7 +255,7 @@ def _leaves(value):
 
 def knob_text(knobs, environment, contract, key):
     """The paragraphs the plan's generator knobs add to the instruction (see
-    curriculum.KNOB_FOR_ROOT_CAUSE: each targets a diagnosed root cause)."""
+    plan.KNOB_FOR_ROOT_CAUSE: each targets a diagnosed root cause)."""
     deliverable = contract["deliverable"]
     paths = deliverable.get("paths") or [deliverable["path"]]
     shown = ", ".join(paths)

@@ -307,7 +307,7 @@ def meaning_text(summary: FailureSummary) -> str:
     return ". ".join(part for part in parts if part)
 
 
-# texts -> unit vectors (clawloop_assets.sentence_embeddings.embed)
+# texts -> unit vectors (clawloop_assets.diagnosis.sentence_embeddings.embed)
 Embedder = Callable[[Sequence[str]], Any]
 # Cosine similarity to join a cluster. Measured on 1,016 failed validation
 # rollouts of the embedded model (68 capability x cause groups): 0.6 gave 255
@@ -326,7 +326,7 @@ def aggregate_patterns(
 ) -> list[DiagnosisPattern]:
     """Group by capability (skill category), then by root cause, then by
     meaning (with `embed`); most frequent first."""
-    from clawloop_assets.sentence_embeddings import cluster
+    from clawloop_assets.diagnosis.sentence_embeddings import cluster
 
     groups: dict[tuple[str, str], list[FailureSummary]] = {}
     for summary in summaries:

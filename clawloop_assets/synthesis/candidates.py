@@ -18,14 +18,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from clawloop_assets.catalogs import GENERATORS_DIR, Capability, Domain
-from clawloop_assets.executable_domains import ExecutableDomain
+from clawloop_assets.partitions import round_number
+from clawloop_assets.round_state import require_rows
+from clawloop_assets.synthesis import domain_graph, task_graphs
+from clawloop_assets.synthesis.catalogs import (
+    DOMAIN_WORKFLOW,
+    GENERATORS_DIR,
+    ROUTES,
+    Capability,
+    Domain,
+    load_domain_catalog,
+    round_capabilities,
+    route_of,
+)
+from clawloop_assets.synthesis.executable_domains import TOOL_CLI, ExecutableDomain, load_domains
 from clawloop_assets.task_bundle import (
     TaskBundleError,
     load_task_bundle,
     write_task_toml,
 )
 from resources.sandbox import Mount, Sandbox, SandboxLimits, disk_quota, release_quota
+from resources.warehouse import Warehouse
 
 VERIFIER_SCRIPT = GENERATORS_DIR / "verify.py"
 # Shared by every family script; copied into each generator directory beside it.
@@ -98,9 +111,6 @@ def domain_generator_spec(capability: Capability, domain: ExecutableDomain, diff
     """The domain route's generator for one executable domain at one level: the
     domain_workflow family with the domain's files beside it and its tool
     graph (read by AST here, on the host) in params.json."""
-    from clawloop_assets import domain_graph, task_graphs
-    from clawloop_assets.executable_domains import TOOL_CLI
-
     graph = domain_graph.extract_graph(domain.id, domain.tools_source, str(domain.path("tools.py")))
     params = {
         "capability": capability.id, "track": capability.track, "difficulty": difficulty,
@@ -114,6 +124,28 @@ def domain_generator_spec(capability: Capability, domain: ExecutableDomain, diff
     files += (("tool_cli.py", str(TOOL_CLI)), ("task_graphs.py", task_graphs.__file__))
     return GeneratorSpec(f"{capability.id}.{domain.id}.L{difficulty}", capability.id, domain.id, difficulty,
                          capability.track, params, files)
+
+
+def candidate_assignments(warehouse: Warehouse, round_key: str) -> list[tuple[GeneratorSpec, int]]:
+    """(generator, seed) for every candidate of `round_key`'s plan: capabilities
+    rotate through the domains, offset by round so each round sees other domains first."""
+    plan = require_rows(warehouse, "synthesis_plans", round_key, "synthesis_plan")
+    capabilities = {c.id: c for c in round_capabilities(ROUTES)}
+    domains = load_domain_catalog()
+    executable = load_domains() if DOMAIN_WORKFLOW.id in set(plan["capability_id"]) else []
+    number = round_number(round_key)
+    assignments = []
+    for entry in plan.sort("capability_id").iter_rows(named=True):
+        capability, knobs = capabilities[entry["capability_id"]], entry["knobs"] or ()
+        mix = json.loads(entry["operation_weights"]) if entry.get("operation_weights") else None
+        for j in range(entry["candidates"]):
+            if route_of(capability.id) == "domain":
+                spec = domain_generator_spec(capability, executable[(number + j) % len(executable)], entry["difficulty"],
+                                             knobs, mix)
+            else:
+                spec = generator_spec(capability, domains[(number * 5 + j) % len(domains)], entry["difficulty"], knobs, mix)
+            assignments.append((spec, number * 1000 + j))
+    return assignments
 
 
 def write_generator(spec: GeneratorSpec, directory: Path, script: Path | None = None) -> Path:
