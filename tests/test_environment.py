@@ -216,3 +216,12 @@ def test_every_clawloop_variable_the_project_mentions_is_listed():
                 mentioned.setdefault(name, str(path.relative_to(REPO)))
     unknown = {name: where for name, where in mentioned.items() if name not in known}
     assert not unknown, f"not in resources/environment.py: {unknown}"
+
+
+def test_the_settings_page_links_every_home_that_exists():
+    page = REPO / "docs" / "settings.md"
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8"))
+    assert "../resources/environment.py" in links and "../clawloop_assets/loop_config.py" in links
+    missing = [link for link in links if not (page.parent / link).exists()]
+    assert not missing, missing
+    assert "docs/settings.md" in (REPO / "README.md").read_text(encoding="utf-8")
