@@ -215,9 +215,11 @@ class Environment:
     @property
     def nightly_cron(self) -> str:
         cron = self.CLAWLOOP_NIGHTLY_CRON or DEFAULT_NIGHTLY_CRON
-        from dagster._utils.schedules import is_valid_cron_string
+        # The check ScheduleDefinition makes (Dagster exports no public one),
+        # here so that the error names the variable.
+        from dagster._utils.schedules import is_valid_cron_schedule
 
-        if not is_valid_cron_string(cron):
+        if not is_valid_cron_schedule(cron):
             raise ValueError(f"{NIGHTLY_CRON}={cron!r} is not a cron string (e.g. {DEFAULT_NIGHTLY_CRON!r}: "
                              f"minute, hour, day of month, month, day of week, in UTC)")
         return cron
