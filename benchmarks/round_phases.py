@@ -72,12 +72,13 @@ def bench_round():
 def throwaway_home() -> Iterator[Path]:
     """A fresh $CLAWLOOP_HOME for one round, sharing the converted model cache."""
     from resources import paths
+    from resources.environment import HOME, MODEL_CACHE
 
     model_cache = paths.model_cache_dir()  # resolved before $CLAWLOOP_HOME moves
-    saved = {name: os.environ.get(name) for name in ("CLAWLOOP_HOME", "CLAWLOOP_MODEL_CACHE")}
+    saved = {name: os.environ.get(name) for name in (HOME, MODEL_CACHE)}  # to put back as they were
     with tempfile.TemporaryDirectory(prefix="clawloop-bench-") as tmp:
-        os.environ["CLAWLOOP_HOME"] = str(Path(tmp) / "home")
-        os.environ["CLAWLOOP_MODEL_CACHE"] = str(model_cache)
+        os.environ[HOME] = str(Path(tmp) / "home")
+        os.environ[MODEL_CACHE] = str(model_cache)
         try:
             yield Path(tmp) / "home"
         finally:

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from resources import paths
+from resources.environment import POLICY, POLICY_URL, PROFILE, SANDBOX, read_environment
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,12 +38,12 @@ def prepare_dagster_home() -> Path:
         missing = [v for v in ("DAGSTER_PG_HOST", "DAGSTER_PG_PORT", "DAGSTER_PG_USERNAME", "DAGSTER_PG_PASSWORD",
                                "DAGSTER_PG_DB") if v not in os.environ]
         if missing:
-            raise SystemExit(f"CLAWLOOP_PROFILE=production keeps the Dagster instance in Postgres: set {', '.join(missing)}")
+            raise SystemExit(f"{PROFILE}=production keeps the Dagster instance in Postgres: set {', '.join(missing)}")
         with dg.DagsterInstance.from_config(str(home)) as instance:
             storage = type(instance.run_storage).__name__
             if storage != "PostgresRunStorage":
                 raise SystemExit(f"{target} stores runs in {storage}, not Postgres: it was edited by hand; "
-                                 f"replace it with {source} for CLAWLOOP_PROFILE=production")
+                                 f"replace it with {source} for {PROFILE}=production")
             apply_pool_limits(instance)
     return home
 
@@ -196,21 +197,21 @@ def run_rounds_with(count: int, policy: str, sandbox: str, run_config: dict | No
     (from `make vllm-backend`'s environment) for the duration and points the
     OpenAI-compatible policy at it. `run_config` (from `config_path`) is the
     launchpad's run config for round_job."""
-    os.environ["CLAWLOOP_SANDBOX"] = sandbox
+    os.environ[SANDBOX] = sandbox
     if sandbox == "docker":
         from resources.sandbox import DockerSandbox
 
         DockerSandbox().check_available()  # raises with the fix before a round starts
     if policy != "vllm":
-        os.environ["CLAWLOOP_POLICY"] = policy
+        os.environ[POLICY] = policy
         return run_rounds(count, run_config, config_path)
     from resources.embedded_model import ensure_base_model
     from resources.vllm_server import VLLMServer
 
     with VLLMServer() as server:
         print(f"starting the vLLM server (log: {server.log_path})", flush=True)
-        os.environ["CLAWLOOP_POLICY_URL"] = server.start(ensure_base_model(paths.model_cache_dir()))
-        os.environ["CLAWLOOP_POLICY"] = "openai"
+        os.environ[POLICY_URL] = server.start(ensure_base_model(paths.model_cache_dir()))
+        os.environ[POLICY] = "openai"
         return run_rounds(count, run_config, config_path)
 
 
@@ -264,7 +265,7 @@ def transfer_to_base(pool: Path, base_checkpoint: Path | None, out: Path, sample
     from clawloop_assets.definitions import resources_for
     from clawloop_assets.training.transfer import transfer_rl_only
 
-    resources = resources_for(os.environ.get("CLAWLOOP_PROFILE", "laptop"))
+    resources = resources_for(read_environment().profile)
     policy, loop = resources["policy"], resources["loop"]
     summary = transfer_rl_only(pool, base_checkpoint or policy.base_checkpoint(), out, policy, resources["sandbox"],
                                loop.agent_settings(), loop.training_job_config("grpo"), loop.seed, samples=samples)
@@ -274,6 +275,7 @@ def transfer_to_base(pool: Path, base_checkpoint: Path | None, out: Path, sample
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="clawloop", description=__doc__)
+    environment = read_environment()  # the backend options' defaults: $CLAWLOOP_POLICY, $CLAWLOOP_SANDBOX
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("setup", help="check the sandbox and prepare the embedded model")
     run = commands.add_parser("run", help="run the next round(s) of the loop", epilog=RUN_CONFIG_EXAMPLE,
@@ -281,10 +283,10 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--rounds", type=int, default=1)
     run.add_argument("--config", type=Path, metavar="FILE",
                      help="a YAML run config for round_job, the one the Dagster launchpad takes (see below)")
-    run.add_argument("--policy", choices=["embedded", "vllm", "openai"], default=os.environ.get("CLAWLOOP_POLICY", "embedded"),
+    run.add_argument("--policy", choices=["embedded", "vllm", "openai"], default=environment.given(POLICY, "embedded"),
                      help="embedded: transformers in-process; vllm: start a local vLLM server for the run; "
                           "openai: the server at $CLAWLOOP_POLICY_URL")
-    run.add_argument("--sandbox", choices=["bubblewrap", "docker"], default=os.environ.get("CLAWLOOP_SANDBOX", "bubblewrap"))
+    run.add_argument("--sandbox", choices=["bubblewrap", "docker"], default=environment.given(SANDBOX, "bubblewrap"))
     export = commands.add_parser("export-pool", help="copy a round's admitted tasks, with their splits, to a directory")
     export.add_argument("--round", required=True, help="round key, e.g. round-0001")
     export.add_argument("--out", type=Path, required=True, help="a directory that does not exist yet")
@@ -302,7 +304,7 @@ def main(argv: list[str] | None = None) -> None:
     harbor_import.add_argument("src", type=Path)
     harbor_import.add_argument("--dest", type=Path, help="default: $CLAWLOOP_HOME/evaluation/imported")
     harbor_import.add_argument("--sandbox", choices=["bubblewrap", "docker"],
-                               default=os.environ.get("CLAWLOOP_SANDBOX", "bubblewrap"),
+                               default=environment.given(SANDBOX, "bubblewrap"),
                                help="the sandbox the tasks will run in, probed for what they need")
     harbor_export = commands.add_parser("harbor-export", help="write a round's admitted tasks in the Harbor task format")
     harbor_export.add_argument("--round", required=True, help="round key, e.g. round-0001")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import dagster as dg
 
 from clawloop_assets.assets import checks, diagnosis, domains, evaluation, synthesis, training, validation
@@ -12,6 +10,15 @@ from clawloop_assets.console import clawloop_console
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.schedules import nightly_round_schedule
 from resources.embedded_policy import EmbeddedPolicyModel
+from resources.environment import (
+    POLICY,
+    POLICY_URL,
+    PROFILE,
+    SANDBOX,
+    TRAINING_LAUNCHER,
+    check_profile,
+    read_environment,
+)
 from resources.openai_policy import OpenAICompatiblePolicyModel
 from resources.sandbox import BubblewrapSandbox, DockerSandbox
 from resources.training_launcher import (
@@ -30,8 +37,9 @@ round_job = dg.define_asset_job(
     description="One whole round of the loop: synthesize, validate, admit, train, diagnose.",
 )
 
-# The backends, each chosen by one environment variable: the round's assets
-# see only the Sandbox and PolicyModel interfaces.
+# The backends, each chosen by one environment variable (its name, default
+# and choices are in resources/environment.py): the round's assets see only
+# the Sandbox and PolicyModel interfaces.
 SANDBOX_BACKENDS = {"bubblewrap": BubblewrapSandbox, "docker": DockerSandbox}
 # "openai": any OpenAI-compatible server at $CLAWLOOP_POLICY_URL (a vLLM
 # server; `clawloop run --policy vllm` starts one here and sets the URL).
@@ -45,61 +53,37 @@ TRAINING_LAUNCHERS = {"subprocess": SubprocessTrainingLauncher, "docker": Docker
 # instance of dagster.yaml, steps in one process, the nightly schedule off.
 # "production": the Postgres instance and K8s run launcher of
 # dagster.production.yaml, steps in parallel under its concurrency pools, the
-# schedule on. Each profile has its backends; the backend variables above
-# override them one by one.
-PROFILE_VARIABLE = "CLAWLOOP_PROFILE"
+# schedule on. Each profile has its backends (environment.DEFAULT_BACKENDS);
+# the backend variables override them one by one.
 INSTANCE_YAML_BY_PROFILE = {"laptop": "dagster.yaml", "production": "dagster.production.yaml"}
-DEFAULT_BACKENDS = {
-    "laptop": {"CLAWLOOP_POLICY": "embedded", "CLAWLOOP_SANDBOX": "bubblewrap", "CLAWLOOP_TRAINING_LAUNCHER": "subprocess"},
-    "production": {"CLAWLOOP_POLICY": "openai", "CLAWLOOP_SANDBOX": "docker", "CLAWLOOP_TRAINING_LAUNCHER": "k8s"},
-}
-# Rollout steps at once across all runs (the `rollouts` pool), as the policy
-# servers and sandbox hosts allow; `clawloop setup` writes it to the instance.
-ROLLOUT_POOL_LIMIT_VARIABLE = "CLAWLOOP_ROLLOUT_POOL_LIMIT"
-DEFAULT_ROLLOUT_POOL_LIMIT = 2  # a round's widest point: two rollout steps side by side
-
-
-def check_profile(profile: str) -> str:
-    if profile not in INSTANCE_YAML_BY_PROFILE:
-        raise ValueError(f"{PROFILE_VARIABLE}={profile!r} is unknown; choose one of {sorted(INSTANCE_YAML_BY_PROFILE)}")
-    return profile
 
 
 def current_profile() -> str:
-    return check_profile(os.environ.get(PROFILE_VARIABLE) or "laptop")
-
-
-def _backend_name(variable: str, choices: dict, default: str) -> str:
-    name = os.environ.get(variable, default)
-    if name not in choices:
-        raise ValueError(f"{variable}={name!r} is unknown; choose one of {sorted(choices)}")
-    return name
+    return read_environment().profile
 
 
 def _training_launcher(profile: str):
-    name = _backend_name("CLAWLOOP_TRAINING_LAUNCHER", TRAINING_LAUNCHERS, DEFAULT_BACKENDS[profile]["CLAWLOOP_TRAINING_LAUNCHER"])
+    environment = read_environment()
+    name = environment.backend(TRAINING_LAUNCHER, profile)
     if name != "k8s":
         return TRAINING_LAUNCHERS[name]()
     # Training pods go where the run pods go unless told otherwise; the
     # trainer image must come from a registry the GPU nodes can pull from.
-    settings = {"namespace": os.environ.get("CLAWLOOP_K8S_NAMESPACE"),
-                "service_account": os.environ.get("CLAWLOOP_K8S_SERVICE_ACCOUNT"),
-                "image": os.environ.get("CLAWLOOP_TRAINER_IMAGE")}
-    return K8sTrainingLauncher(**{k: v for k, v in settings.items() if v})
+    return K8sTrainingLauncher(**environment.trainer_pods)
 
 
 def resources_for(profile: str) -> dict:
     """The resources of a profile: its backends, unless a backend variable
     names another."""
-    defaults = DEFAULT_BACKENDS[check_profile(profile)]
-    policy_name = _backend_name("CLAWLOOP_POLICY", POLICY_BACKENDS, defaults["CLAWLOOP_POLICY"])
-    if profile == "production" and policy_name == "openai" and not os.environ.get("CLAWLOOP_POLICY_URL"):
+    environment = read_environment()
+    policy_name = environment.backend(POLICY, check_profile(profile))
+    if profile == "production" and policy_name == "openai" and not environment.policy_url:
         # Fail when the code location loads, not in the middle of a nightly round.
-        raise ValueError("CLAWLOOP_PROFILE=production serves the policy from an OpenAI-compatible server: "
-                         "set CLAWLOOP_POLICY_URL to its base URL (e.g. http://vllm.clawloop.svc:8000/v1)")
+        raise ValueError(f"{PROFILE}=production serves the policy from an OpenAI-compatible server: "
+                         f"set {POLICY_URL} to its base URL (e.g. http://vllm.clawloop.svc:8000/v1)")
     return {
         "policy": POLICY_BACKENDS[policy_name](),
-        "sandbox": SANDBOX_BACKENDS[_backend_name("CLAWLOOP_SANDBOX", SANDBOX_BACKENDS, defaults["CLAWLOOP_SANDBOX"])](),
+        "sandbox": SANDBOX_BACKENDS[environment.backend(SANDBOX, profile)](),
         "warehouse": DuckDBWarehouse(),
         "training_launcher": _training_launcher(profile),
         "loop": LoopConfig(),
@@ -119,10 +103,7 @@ def executor_for(profile: str) -> dg.ExecutorDefinition:
 def pool_limits() -> dict[str, int]:
     """The production profile's pool limits: one warehouse writer, and
     $CLAWLOOP_ROLLOUT_POOL_LIMIT rollout steps."""
-    raw = os.environ.get(ROLLOUT_POOL_LIMIT_VARIABLE) or str(DEFAULT_ROLLOUT_POOL_LIMIT)
-    if not raw.isdigit() or int(raw) < 1:
-        raise ValueError(f"{ROLLOUT_POOL_LIMIT_VARIABLE}={raw!r} must be a whole number of rollout steps, at least 1")
-    return {WAREHOUSE_WRITER_POOL: 1, ROLLOUTS_POOL: int(raw)}
+    return {WAREHOUSE_WRITER_POOL: 1, ROLLOUTS_POOL: read_environment().rollout_pool_limit}
 
 
 def apply_pool_limits(instance: dg.DagsterInstance) -> dict[str, int]:

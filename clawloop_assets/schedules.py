@@ -3,16 +3,13 @@ partition and launches it, unless the previous round is still running or
 failed. Every tick says what it decided: the skip reason, or the run's
 `clawloop/decision` tag and the tick's log line."""
 
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import dagster as dg
 
 from clawloop_assets.partitions import round_after, round_number, round_partitions
-
-NIGHTLY_CRON_VARIABLE = "CLAWLOOP_NIGHTLY_CRON"
-DEFAULT_NIGHTLY_CRON = "0 2 * * *"  # 02:00 UTC
+from resources.environment import check_profile, read_environment
 
 # Whether the schedule runs as soon as the code location loads, per profile:
 # a laptop turns it on in the UI (or `dagster schedule start`) when it wants
@@ -101,13 +98,11 @@ def latest_round_runs(instance: dg.DagsterInstance, keys: Iterable[str]) -> dict
 
 
 def nightly_default_status(profile: str) -> dg.DefaultScheduleStatus:
-    if profile not in NIGHTLY_STATUS_BY_PROFILE:
-        raise ValueError(f"CLAWLOOP_PROFILE={profile!r} is unknown; choose one of {sorted(NIGHTLY_STATUS_BY_PROFILE)}")
-    return NIGHTLY_STATUS_BY_PROFILE[profile]
+    return NIGHTLY_STATUS_BY_PROFILE[check_profile(profile)]
 
 
 def nightly_cron() -> str:
-    return os.environ.get(NIGHTLY_CRON_VARIABLE) or DEFAULT_NIGHTLY_CRON
+    return read_environment().nightly_cron
 
 
 def nightly_round_schedule(profile: str) -> dg.ScheduleDefinition:

@@ -1,9 +1,10 @@
 """The policy served by an OpenAI-compatible server (vLLM): token ids in,
 token ids and sampling log-probabilities out, so training never re-tokenizes.
 
-The server is named by the environment: CLAWLOOP_POLICY_URL (base URL, e.g.
-http://127.0.0.1:8011/v1), CLAWLOOP_POLICY_MODEL (served model name) and
-CLAWLOOP_POLICY_API_KEY (optional). Loading a checkpoint puts its weights
+The server is named by the environment (resources/environment.py):
+CLAWLOOP_POLICY_URL (base URL, e.g. http://127.0.0.1:8011/v1),
+CLAWLOOP_POLICY_MODEL (served model name) and CLAWLOOP_POLICY_API_KEY
+(optional). Loading a checkpoint puts its weights
 into the server in place (vLLM's `reload_weights`, dev mode) from a serving
 copy with untied embeddings; the server must see the same filesystem path.
 
@@ -17,7 +18,6 @@ token in float32 against about 0.035 in bfloat16 on this model.
 
 from __future__ import annotations
 
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -30,6 +30,7 @@ from transformers import AutoTokenizer, GenerationConfig
 from resources import paths
 from resources.checkpoints import verify_checkpoint
 from resources.embedded_model import ensure_base_model
+from resources.environment import POLICY_URL, read_environment
 from resources.policy import (
     Completion,
     PolicyModel,
@@ -56,16 +57,18 @@ class OpenAICompatiblePolicyModel(PolicyModel):
         return ensure_base_model(Path(self.model_cache_dir) if self.model_cache_dir else paths.model_cache_dir())
 
     def client(self) -> "PolicyServerClient":
-        url = self.base_url or os.environ.get("CLAWLOOP_POLICY_URL", "")
+        environment = read_environment()
+        url = self.base_url or environment.policy_url
         if not url:
             raise PolicyServerError(
-                "no policy server configured: set CLAWLOOP_POLICY_URL (e.g. http://127.0.0.1:8011/v1), "
+                f"no policy server configured: set {POLICY_URL} (e.g. http://127.0.0.1:8011/v1), "
                 "or run `clawloop run --policy vllm`, which starts one"
             )
+        served = environment.CLAWLOOP_POLICY_MODEL
         return PolicyServerClient(
             base_url=url.rstrip("/"),
-            model=self.model_name or os.environ.get("CLAWLOOP_POLICY_MODEL", SERVED_MODEL_NAME),
-            api_key=os.environ.get("CLAWLOOP_POLICY_API_KEY", ""),
+            model=self.model_name or (SERVED_MODEL_NAME if served is None else served),
+            api_key=environment.CLAWLOOP_POLICY_API_KEY or "",
             timeout_s=self.request_timeout_s,
             max_attempts=self.max_attempts,
         )

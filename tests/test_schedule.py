@@ -9,13 +9,13 @@ import pytest
 
 from clawloop_assets.partitions import round_after
 from clawloop_assets.schedules import (
-    DEFAULT_NIGHTLY_CRON,
     Decision,
     LatestRun,
     decide_next_round,
     nightly_default_status,
     nightly_round_schedule,
 )
+from resources.environment import DEFAULT_NIGHTLY_CRON
 
 TICK = datetime(2025, 1, 2, 2, 0, tzinfo=timezone.utc)
 S = dg.DagsterRunStatus

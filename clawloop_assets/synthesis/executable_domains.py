@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import re
 import sqlite3
 from dataclasses import dataclass
@@ -49,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from clawloop_assets.synthesis import domain_graph
+from resources.environment import read_environment
 
 BUILTIN_DOMAINS_DIR = Path(__file__).parent / "domains"
 TOOL_CLI = BUILTIN_DOMAINS_DIR / "tool_cli.py"
@@ -157,8 +157,7 @@ def _check_sources(domain: ExecutableDomain) -> None:
 def domain_roots() -> list[Path]:
     """Where domains are read from: the built-in ones, then the user's."""
     roots = [BUILTIN_DOMAINS_DIR]
-    home = os.environ.get("CLAWLOOP_HOME")
-    user = Path(home) / "domains" if home else Path.home() / ".clawloop" / "domains"
+    user = read_environment().home / "domains"
     if user.is_dir():
         roots.append(user)
     return roots

@@ -152,21 +152,36 @@ def wilson_interval(successes: float, trials: float, z: float = 1.96) -> tuple[f
 
 @dataclass(frozen=True)
 class Controller:
-    """The controller's settings. `band` is the admission band as pass-rate
-    fractions (N_l/N, N_h/N): a task whose rollouts pass more often than N_h/N
-    is mostly too easy, less often than N_l/N mostly unsolved."""
+    """The controller's settings.
 
-    band: tuple[float, float] = (1 / 8, 5 / 8)
-    target_admission: float = 0.7
-    min_share: float = 0.05
-    # Rollouts (recency-weighted) needed before a level may move at all.
+    The first four are the method's knobs and come from LoopConfig, the one
+    place their defaults live (LoopConfig.controller(); docs/round.md, "The
+    knobs of a round"): build a Controller with `loop.controller()`, or give
+    all four. `band` is the admission band as pass-rate fractions (N_l/N,
+    N_h/N): a task whose rollouts pass more often than N_h/N is mostly too
+    easy, less often than N_l/N mostly unsolved.
+
+    The rest are the controller's own constants, not round knobs: what each
+    does is beside it, and docs/round.md ("Synthesis") and the experiments
+    it links say why."""
+
+    # From LoopConfig: admission_low/admission_high over rollouts_per_task,
+    # target_admission_rate, min_capability_share, controller_recency.
+    band: tuple[float, float]
+    target_admission: float
+    min_share: float
+    # Evidence of a round k rounds old counts recency**k: the policy changes every round.
+    recency: float
+    # Rollouts (recency-weighted) needed before a level may move at all, and
+    # the Wilson interval's z (95%): a level moves only on clear evidence
+    # (docs/round.md, "Synthesis").
     min_rollouts: float = 16.0
     z: float = 1.96
-    # Evidence of a round k rounds old counts recency**k: the policy changes every round.
-    recency: float = 0.5
-    # Weight given to diagnosed weakness: w *= 1 + weakness_tilt * failure_share.
+    # Weight given to diagnosed weakness: w *= 1 + weakness_tilt * failure_share
+    # (docs/round.md, "The plan follows the report").
     weakness_tilt: float = 1.0
-    # A warm-up operation held back (clearly below the band) keeps this share of its level's candidates.
+    # A warm-up operation held back (clearly below the band) keeps this share of its level's candidates
+    # (docs/experiments/2026-12-01-operation-holdback-and-0.95.md).
     min_operation_share: float = 0.1
     # The rollout temperature (choose_temperature): logits of pass rate lost
     # per +1.0 of temperature (docs/experiments/2026-12-01-temperature-controller.md);
@@ -174,6 +189,9 @@ class Controller:
     temperature_sensitivity: float = 7.5
     max_temperature_step: float = 0.15
     temperature_range: tuple[float, float] = (0.5, 1.2)
+    # How finely _weights_for_target searches the mix between the even pool
+    # and the one that reaches the target admission (docs/round.md, "Synthesis":
+    # the most even pool that reaches it).
     evenness_steps: int = field(default=20)
 
     def __post_init__(self) -> None:
@@ -390,7 +408,7 @@ def next_plan(
     evidence: Mapping[tuple[str, int], CellEvidence],
     failure_share: Mapping[str, float],
     candidates_per_round: int,
-    controller: Controller = Controller(),
+    controller: Controller,
     drift: float = 0.0,
     failure_causes: Mapping[str, Mapping[str, int]] | None = None,
     operation_evidence: Mapping[tuple[int, str], CellEvidence] | None = None,
