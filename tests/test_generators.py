@@ -285,11 +285,17 @@ def test_generator_writing_its_own_verifier_is_refused(sandbox, tmp_path):
     assert failed.bundle_dir is None and "wrote tests" in failed.error
 
 
+def family_then(family: str, code: str) -> str:
+    """The family script, running `code` after it has written its task (as a script only)."""
+    source = (GENERATORS / f"{family}.py").read_text()
+    footer = "build = family(__name__, LEVELS)\n"
+    assert source.endswith(footer)
+    return source + "if __name__ == \"__main__\":\n" + "".join(f"    {line}\n" for line in code.splitlines())
+
+
 def test_generator_planting_a_symlink_is_refused(sandbox, tmp_path):
     good = generator_spec(CAPABILITIES["grouped_statistics"], DOMAINS[0], 0)
-    source = (Path(__file__).parents[1] / "clawloop_assets/synthesis/generators/grouped_statistics.py").read_text()
-    body = source.replace("if __name__ == \"__main__\":\n    main()",
-                          "if __name__ == \"__main__\":\n    main()\n    import os\n    os.symlink('/etc/shadow', '/out/environment/shadow')")
+    body = family_then("grouped_statistics", "import os\nos.symlink('/etc/shadow', '/out/environment/shadow')")
     spec, gen = broken_generator(tmp_path, body)
     assert spec.generator_id == good.generator_id
     failed = build_candidate(sandbox, gen, spec, 0, ROUND, tmp_path / "tasks")
@@ -304,10 +310,7 @@ def test_sandbox_failure_propagates(sandbox, tmp_path):
 
 def test_a_generator_that_is_not_deterministic_is_rejected(sandbox, tmp_path):
     # The real family, plus one file whose bytes change from run to run.
-    source = (Path(__file__).parents[1] / "clawloop_assets/synthesis/generators/grouped_statistics.py").read_text()
-    body = source.replace("if __name__ == \"__main__\":\n    main()",
-                          "if __name__ == \"__main__\":\n    main()\n    import os\n"
-                          "    open('/out/environment/noise.txt', 'w').write(os.urandom(8).hex())")
+    body = family_then("grouped_statistics", "import os\nopen('/out/environment/noise.txt', 'w').write(os.urandom(8).hex())")
     spec, gen = broken_generator(tmp_path, body)
     failed = build_candidate(sandbox, gen, spec, 0, ROUND, tmp_path / "tasks")
     assert failed.bundle_dir is None

@@ -35,24 +35,20 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from generator_common import (  # noqa: E402
     assemble,
-    build_level,
     cents_range,
     csv_text,
     decimal_text,
     deliverable_format,
     dump_json,
+    family,
+    numbered_levels,
     records_deliverable,
-    run,
 )
 
 TOLERANCE = 0.001
 # How an id may be written; "unpadded" drops the leading zeros of the number.
 ID_STYLES = ("canonical", "lower", "spaced", "joined", "space", "underscore", "unpadded")
 GROUP_STYLES = ("plain", "title", "upper", "spaced")
-
-
-def main():
-    run(build)
 
 
 # ---- shared pieces
@@ -686,21 +682,5 @@ def card_level(rng, seed, params, level):
                            [idf, gf], columns, expected, solution)
 
 
-def level3(rng, seed, params):
-    return card_level(rng, seed, params, 3)
-
-
-def level4(rng, seed, params):
-    return card_level(rng, seed, params, 4)
-
-
-def level5(rng, seed, params):
-    return card_level(rng, seed, params, 5)
-
-
-def build(seed, params):
-    return build_level((level0, level1, level2, level3, level4, level5), seed, params)
-
-
-if __name__ == "__main__":
-    main()
+LEVELS = (level0, level1, level2) + numbered_levels(card_level, (3, 4, 5))
+build = family(__name__, LEVELS)

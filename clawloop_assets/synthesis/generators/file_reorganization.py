@@ -27,12 +27,7 @@ import sys
 # -I drops the script's directory from sys.path; it is our read-only /generator, so put it back.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from generator_common import CONTRACT_UNCHANGED, assemble, build_level, csv_text, record_ids, run, sha256  # noqa: E402
-
-
-def main():
-    run(build)
-
+from generator_common import CONTRACT_UNCHANGED, assemble, csv_text, family, record_ids, sha256, shaped_levels  # noqa: E402
 
 # ---- the family
 
@@ -318,21 +313,5 @@ def manifest_level(rng, seed, params, dirty, large):
     return tree_task(params, instruction, files, moves, solution, rules, only_listed=True)
 
 
-def level3(rng, seed, params):
-    return manifest_level(rng, seed, params, dirty=False, large=False)
-
-
-def level4(rng, seed, params):
-    return manifest_level(rng, seed, params, dirty=True, large=False)
-
-
-def level5(rng, seed, params):
-    return manifest_level(rng, seed, params, dirty=True, large=True)
-
-
-def build(seed, params):
-    return build_level((level0, level1, level2, level3, level4, level5), seed, params)
-
-
-if __name__ == "__main__":
-    main()
+LEVELS = (level0, level1, level2) + shaped_levels(manifest_level)
+build = family(__name__, LEVELS)

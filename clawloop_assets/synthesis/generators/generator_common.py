@@ -50,6 +50,44 @@ def run(build):
     write_task(args.out, build(args.seed, params))
 
 
+# ---- the family skeleton
+#
+# A family script declares its six levels once, in a LEVELS table, and ends
+# with `build = family(__name__, LEVELS)`: the shared build (warm-up levels
+# included) and, when it runs as a script, the command line come from here.
+
+# Levels 3 to 5 of the scale as a family's shaped level function reads them
+# (see the difficulty scale above): multi-hop, then dirty, then dirty and large.
+DEEP_SHAPES = ({"dirty": False, "large": False}, {"dirty": True, "large": False}, {"dirty": True, "large": True})
+
+
+def numbered_levels(function, numbers):
+    """Level functions for `numbers`, each `function(rng, seed, params, level)`."""
+    return tuple(lambda rng, seed, params, level=level: function(rng, seed, params, level) for level in numbers)
+
+
+def shaped_levels(function):
+    """Levels 3 to 5, each `function(rng, seed, params, dirty=..., large=...)` with its DEEP_SHAPES entry."""
+    return tuple(lambda rng, seed, params, shape=shape: function(rng, seed, params, **shape) for shape in DEEP_SHAPES)
+
+
+def family(module_name, levels):
+    """A family's `build(seed, params)` over its levels 0 to 5 (`levels`, each
+    `level(rng, seed, params)`); when `module_name` is "__main__" (the family
+    runs as the sandbox runs it), also parses the command line and writes
+    the task. Call it last in the family script: `build = family(__name__, LEVELS)`."""
+    levels = tuple(levels)
+    if len(levels) != 6:
+        raise ValueError("a family declares levels 0 to 5, got %d" % len(levels))
+
+    def build(seed, params):
+        return build_level(levels, seed, params)
+
+    if module_name == "__main__":
+        run(build)
+    return build
+
+
 def build_level(levels, seed, params):
     """The task at params["difficulty"]: `levels[difficulty](rng, seed, params)`
     with the seeded random source of these params; at a warm-up level, a

@@ -28,21 +28,17 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from generator_common import (  # noqa: E402
     assemble,
-    build_level,
     cents_range,
     csv_text,
     decimal_text,
     deliverable_format,
+    family,
     record_ids,
     records_deliverable,
-    run,
+    shaped_levels,
 )
 
 TIERS = ["low", "medium", "high"]
-
-
-def main():
-    run(build)
 
 
 # ---- the family
@@ -481,21 +477,5 @@ def multi_hop(rng, seed, params, dirty, large):
     return assemble(params, instruction, environment, contract, out["checks"], {"records": expected}, solution, fmt)
 
 
-def level3(rng, seed, params):
-    return multi_hop(rng, seed, params, dirty=False, large=False)
-
-
-def level4(rng, seed, params):
-    return multi_hop(rng, seed, params, dirty=True, large=False)
-
-
-def level5(rng, seed, params):
-    return multi_hop(rng, seed, params, dirty=True, large=True)
-
-
-def build(seed, params):
-    return build_level((level0, level1, level2, level3, level4, level5), seed, params)
-
-
-if __name__ == "__main__":
-    main()
+LEVELS = (level0, level1, level2) + shaped_levels(multi_hop)
+build = family(__name__, LEVELS)

@@ -31,14 +31,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from generator_common import (  # noqa: E402
     assemble,
-    build_level,
     cents_range,
     csv_text,
     decimal_text,
     deliverable_format,
+    family,
+    numbered_levels,
     record_ids,
     records_deliverable,
-    run,
 )
 
 HOUR, MINUTE = 3600, 60
@@ -55,10 +55,6 @@ STATUS = ["alert", "ok"]
 # Timestamp formats, one per file: ISO UTC, local time with offset, epoch milliseconds.
 ISO, LOCAL, MILLIS = "iso", "local", "millis"
 ISO_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
-
-
-def main():
-    run(build)
 
 
 # ---- time and lines
@@ -902,21 +898,5 @@ for comp in sorted(comps):
     return "\n".join(head) + body
 
 
-def level3(rng, seed, params):
-    return log_summary(rng, seed, params, 3)
-
-
-def level4(rng, seed, params):
-    return log_summary(rng, seed, params, 4)
-
-
-def level5(rng, seed, params):
-    return log_summary(rng, seed, params, 5)
-
-
-def build(seed, params):
-    return build_level((level0, level1, level2, level3, level4, level5), seed, params)
-
-
-if __name__ == "__main__":
-    main()
+LEVELS = (level0, level1, level2) + numbered_levels(log_summary, (3, 4, 5))
+build = family(__name__, LEVELS)

@@ -30,15 +30,11 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from generator_common import assemble, build_level, csv_text, run  # noqa: E402
+from generator_common import assemble, csv_text, family, shaped_levels  # noqa: E402
 
 VERBS = ("load", "parse", "check", "total", "format", "merge", "rank", "summarize", "export", "clean", "count", "pick")
 EXTRA_MODULES = ("common", "formats", "checks", "reports", "models", "storage", "rules", "tables")
 STDLIB = set(getattr(sys, "stdlib_module_names", ())) | {"main"}
-
-
-def main():
-    run(build)
 
 
 # ---- the program model: functions, where each lives, what each calls
@@ -651,21 +647,5 @@ for row in plan:
 '''
 
 
-def level3(rng, seed, params):
-    return ticket_level(rng, seed, params, dirty=False, large=False)
-
-
-def level4(rng, seed, params):
-    return ticket_level(rng, seed, params, dirty=True, large=False)
-
-
-def level5(rng, seed, params):
-    return ticket_level(rng, seed, params, dirty=True, large=True)
-
-
-def build(seed, params):
-    return build_level((level0, level1, level2, level3, level4, level5), seed, params)
-
-
-if __name__ == "__main__":
-    main()
+LEVELS = (level0, level1, level2) + shaped_levels(ticket_level)
+build = family(__name__, LEVELS)
