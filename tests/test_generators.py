@@ -192,8 +192,12 @@ SHARED = ("def write_task(", "def assemble(", "def new_rng(", "def record_ids(",
 def test_generator_directory_holds_the_shared_module_beside_the_family(tmp_path, capability):
     spec = generator_spec(CAPABILITIES[capability], DOMAINS[0], 1)
     gen = write_generator(spec, tmp_path / spec.generator_id)
-    assert sorted(p.name for p in gen.iterdir()) == sorted([f"{capability}.py", "generator_common.py", "params.json"])
+    # The oracle scripts (oracles/common/ and the family's oracles/<family>/) come along, as they are.
+    oracles = {p.relative_to(GENERATORS).as_posix(): p.read_bytes()
+               for folder in ("common", capability) for p in sorted((GENERATORS / "oracles" / folder).glob("*.py"))}
+    assert sorted(p.name for p in gen.iterdir()) == sorted([f"{capability}.py", "generator_common.py", "oracles", "params.json"])
     assert (gen / "generator_common.py").read_bytes() == (GENERATORS / "generator_common.py").read_bytes()
+    assert {p.relative_to(gen).as_posix(): p.read_bytes() for p in sorted(gen.glob("oracles/*/*"))} == oracles
     # The family imports the shared code instead of carrying a copy of it.
     family = (gen / f"{capability}.py").read_text()
     assert "from generator_common import" in family
@@ -316,3 +320,19 @@ def test_a_generator_that_is_not_deterministic_is_rejected(sandbox, tmp_path):
     assert failed.bundle_dir is None
     assert failed.error == "generator is not deterministic: same seed, environment/noise.txt differs between two runs"
     assert list((tmp_path / "tasks").iterdir()) == []  # neither run left anything behind
+
+
+def test_oracle_scripts_take_their_values_in_the_parameter_block_only():
+    from clawloop_assets.synthesis.generators.generator_common import oracle_source, python_oracle
+
+    oracles = sorted((GENERATORS / "oracles").glob("*/*.py"))
+    assert oracles
+    for path in oracles:
+        compile(path.read_text(), str(path), "exec")  # a real script, runnable and lint-able as it is
+    source = oracle_source("file_reorganization", "manifest", KEY="it's", GROUP="bench")
+    assert "KEY = \"it's\"\nGROUP = 'bench'\n" in source
+    assert python_oracle("file_reorganization", "manifest", KEY="a", GROUP="b").endswith("\nPY\n")
+    with pytest.raises(ValueError, match="parameter"):
+        oracle_source("file_reorganization", "manifest", KEY="a")
+    with pytest.raises(ValueError, match="parameter"):
+        oracle_source("file_reorganization", "manifest", KEY="a", GROUP="b", OTHER=1)
