@@ -336,3 +336,17 @@ def test_oracle_scripts_take_their_values_in_the_parameter_block_only():
         oracle_source("file_reorganization", "manifest", KEY="a")
     with pytest.raises(ValueError, match="parameter"):
         oracle_source("file_reorganization", "manifest", KEY="a", GROUP="b", OTHER=1)
+
+
+def test_family_skeleton_builds_the_declared_levels():
+    from clawloop_assets.synthesis.generators.generator_common import family, numbered_levels, shaped_levels
+
+    levels = numbered_levels(lambda rng, seed, params, level: ("numbered", level), range(3)) + shaped_levels(
+        lambda rng, seed, params, dirty, large: ("shaped", dirty, large))
+    build = family("not_run_as_a_script", levels)  # returns build, parses no command line
+    params = {"capability": "grouped_statistics", "domain": {"id": "d"}}
+    assert [build(0, dict(params, difficulty=level)) for level in range(6)] == [
+        ("numbered", 0), ("numbered", 1), ("numbered", 2),
+        ("shaped", False, False), ("shaped", True, False), ("shaped", True, True)]
+    with pytest.raises(ValueError, match="levels 0 to 5"):
+        family("not_run_as_a_script", levels[:5])
