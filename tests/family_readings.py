@@ -471,8 +471,8 @@ def _log_analysis() -> Family:
                                     r"=(\d+\.\d+)$')", r"=(\d+\.\d+))?$')"),
         "repeated lines counted twice": ("if line in seen:", "if False:"),
         "first error by file order": ("key=lambda e: (e[0], e[1])", "key=lambda e: e[0]"),
-        "mean halves to even": ("from decimal import Decimal, ROUND_HALF_UP",
-                                "from decimal import Decimal, ROUND_HALF_UP, ROUND_HALF_EVEN",
+        "mean halves to even": ("from decimal import ROUND_HALF_UP, Decimal",
+                                "from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal",
                                 "ROUND_HALF_UP) if s['values']", "ROUND_HALF_EVEN) if s['values']"),
         "exactly the threshold is ok": ("n >= THRESHOLD", "n > THRESHOLD"),
         "components with no entry in the window listed": (
@@ -519,8 +519,8 @@ def _log_analysis() -> Family:
         "errors outside the window counted": ("if level == 'ERROR' and START <= t < END:", "if level == 'ERROR':"),
         "a missing value counts as zero": ("values = [r[4] for r in mine if r[4] is not None]",
                                            "values = [r[4] or 0 for r in mine]"),
-        "mean halves to even": ("from decimal import Decimal, ROUND_HALF_UP",
-                                "from decimal import Decimal, ROUND_HALF_UP, ROUND_HALF_EVEN",
+        "mean halves to even": ("from decimal import ROUND_HALF_UP, Decimal",
+                                "from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal",
                                 "ROUND_HALF_UP) if values", "ROUND_HALF_EVEN) if values"),
         "exactly the threshold is ok": ("row['errors'] >= THRESHOLD", "row['errors'] > THRESHOLD"),
     }

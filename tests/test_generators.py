@@ -195,8 +195,12 @@ SHARED = ("def write_task(", "def assemble(", "def new_rng(", "def record_ids(",
 def test_generator_directory_holds_the_shared_module_beside_the_family(tmp_path, capability):
     spec = generator_spec(CAPABILITIES[capability], DOMAINS[0], 1)
     gen = write_generator(spec, tmp_path / spec.generator_id)
-    assert sorted(p.name for p in gen.iterdir()) == sorted([f"{capability}.py", "generator_common.py", "params.json"])
+    # The oracle scripts (oracles/common/ and the family's oracles/<family>/) come along, as they are.
+    oracles = {p.relative_to(GENERATORS).as_posix(): p.read_bytes()
+               for folder in ("common", capability) for p in sorted((GENERATORS / "oracles" / folder).glob("*.py"))}
+    assert sorted(p.name for p in gen.iterdir()) == sorted([f"{capability}.py", "generator_common.py", "oracles", "params.json"])
     assert (gen / "generator_common.py").read_bytes() == (GENERATORS / "generator_common.py").read_bytes()
+    assert {p.relative_to(gen).as_posix(): p.read_bytes() for p in sorted(gen.glob("oracles/*/*"))} == oracles
     # The family imports the shared code instead of carrying a copy of it.
     family = (gen / f"{capability}.py").read_text()
     assert "from generator_common import" in family
@@ -288,11 +292,17 @@ def test_generator_writing_its_own_verifier_is_refused(sandbox, tmp_path):
     assert failed.bundle_dir is None and "wrote tests" in failed.error
 
 
+def family_then(family: str, code: str) -> str:
+    """The family script, running `code` after it has written its task (as a script only)."""
+    source = (GENERATORS / f"{family}.py").read_text()
+    footer = "build = family(__name__, LEVELS)\n"
+    assert source.endswith(footer)
+    return source + "if __name__ == \"__main__\":\n" + "".join(f"    {line}\n" for line in code.splitlines())
+
+
 def test_generator_planting_a_symlink_is_refused(sandbox, tmp_path):
     good = generator_spec(CAPABILITIES["grouped_statistics"], DOMAINS[0], 0)
-    source = (Path(__file__).parents[1] / "clawloop_assets/synthesis/generators/grouped_statistics.py").read_text()
-    body = source.replace("if __name__ == \"__main__\":\n    main()",
-                          "if __name__ == \"__main__\":\n    main()\n    import os\n    os.symlink('/etc/shadow', '/out/environment/shadow')")
+    body = family_then("grouped_statistics", "import os\nos.symlink('/etc/shadow', '/out/environment/shadow')")
     spec, gen = broken_generator(tmp_path, body)
     assert spec.generator_id == good.generator_id
     failed = build_candidate(sandbox, gen, spec, 0, ROUND, tmp_path / "tasks")
@@ -307,12 +317,39 @@ def test_sandbox_failure_propagates(sandbox, tmp_path):
 
 def test_a_generator_that_is_not_deterministic_is_rejected(sandbox, tmp_path):
     # The real family, plus one file whose bytes change from run to run.
-    source = (Path(__file__).parents[1] / "clawloop_assets/synthesis/generators/grouped_statistics.py").read_text()
-    body = source.replace("if __name__ == \"__main__\":\n    main()",
-                          "if __name__ == \"__main__\":\n    main()\n    import os\n"
-                          "    open('/out/environment/noise.txt', 'w').write(os.urandom(8).hex())")
+    body = family_then("grouped_statistics", "import os\nopen('/out/environment/noise.txt', 'w').write(os.urandom(8).hex())")
     spec, gen = broken_generator(tmp_path, body)
     failed = build_candidate(sandbox, gen, spec, 0, ROUND, tmp_path / "tasks")
     assert failed.bundle_dir is None
     assert failed.error == "generator is not deterministic: same seed, environment/noise.txt differs between two runs"
     assert list((tmp_path / "tasks").iterdir()) == []  # neither run left anything behind
+
+
+def test_oracle_scripts_take_their_values_in_the_parameter_block_only():
+    from clawloop_assets.synthesis.generators.generator_common import oracle_source, python_oracle
+
+    oracles = sorted((GENERATORS / "oracles").glob("*/*.py"))
+    assert oracles
+    for path in oracles:
+        compile(path.read_text(), str(path), "exec")  # a real script, runnable and lint-able as it is
+    source = oracle_source("file_reorganization", "manifest", KEY="it's", GROUP="bench")
+    assert "KEY = \"it's\"\nGROUP = 'bench'\n" in source
+    assert python_oracle("file_reorganization", "manifest", KEY="a", GROUP="b").endswith("\nPY\n")
+    with pytest.raises(ValueError, match="parameter"):
+        oracle_source("file_reorganization", "manifest", KEY="a")
+    with pytest.raises(ValueError, match="parameter"):
+        oracle_source("file_reorganization", "manifest", KEY="a", GROUP="b", OTHER=1)
+
+
+def test_family_skeleton_builds_the_declared_levels():
+    from clawloop_assets.synthesis.generators.generator_common import family, numbered_levels, shaped_levels
+
+    levels = numbered_levels(lambda rng, seed, params, level: ("numbered", level), range(3)) + shaped_levels(
+        lambda rng, seed, params, dirty, large: ("shaped", dirty, large))
+    build = family("not_run_as_a_script", levels)  # returns build, parses no command line
+    params = {"capability": "grouped_statistics", "domain": {"id": "d"}}
+    assert [build(0, dict(params, difficulty=level)) for level in range(6)] == [
+        ("numbered", 0), ("numbered", 1), ("numbered", 2),
+        ("shaped", False, False), ("shaped", True, False), ("shaped", True, True)]
+    with pytest.raises(ValueError, match="levels 0 to 5"):
+        family("not_run_as_a_script", levels[:5])

@@ -23,6 +23,18 @@ from resources.policy import Completion, PolicyModel, PolicySession
 from resources.sandbox import BubblewrapSandbox
 
 GENERATORS = Path(__file__).parents[1] / "clawloop_assets" / "synthesis" / "generators"
+
+
+def model_style(family: str) -> str:
+    """A built-in family written the way the prompt asks a model to (a build function
+    and run(build) under __main__) instead of with the family skeleton's footer."""
+    source = (GENERATORS / f"{family}.py").read_text()
+    footer = "build = family(__name__, LEVELS)\n"
+    assert source.endswith(footer)
+    return source[: -len(footer)] + (
+        "from generator_common import build_level, run  # noqa: E402\n\n\n"
+        "def build(seed, params):\n    return build_level(LEVELS, seed, params)\n\n\n"
+        "if __name__ == \"__main__\":\n    run(build)\n")
 CAPABILITIES = {c.id: c for c in load_capability_catalog()}
 DOMAIN = load_domain_catalog()[2]
 
@@ -44,7 +56,7 @@ def test_the_prompt_states_the_interface_and_the_target():
 def test_a_reply_holding_a_known_generator_builds_the_same_task(tmp_path):
     sandbox = BubblewrapSandbox()
     spec = generator_spec(CAPABILITIES["grouped_statistics"], DOMAIN, 1)
-    reply = fenced((GENERATORS / "grouped_statistics.py").read_text())
+    reply = fenced(model_style("grouped_statistics"))
     written = write_model_generator(spec, reply, tmp_path / "model")
     model_build = build_candidate(sandbox, written, spec, 3, "round-0001", tmp_path / "model-tasks")
     builtin_build = build_candidate(sandbox, write_generator(spec, tmp_path / "builtin"), spec, 3, "round-0001",
@@ -114,7 +126,7 @@ class ScriptedGeneratorSession(PolicySession):
         replies = []
         for prompt in prompts:
             text = self.decode(prompt)
-            reply = (fenced((GENERATORS / "grouped_statistics.py").read_text())
+            reply = (fenced(model_style("grouped_statistics"))
                      if "Capability: grouped_statistics" in text else "I cannot write that one.")
             replies.append([Completion(self.encode(reply), [0.0] * len(reply), reply, "stop")] * n)
         return replies

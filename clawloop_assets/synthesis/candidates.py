@@ -43,6 +43,10 @@ from resources.warehouse import Warehouse
 VERIFIER_SCRIPT = GENERATORS_DIR / "verify.py"
 # Shared by every family script; copied into each generator directory beside it.
 GENERATOR_COMMON = GENERATORS_DIR / "generator_common.py"
+# The oracle scripts a family fills in (oracles/<family>/*.py, and the shared
+# oracles/common/*.py), copied along with it.
+ORACLES_DIR = GENERATORS_DIR / "oracles"
+COMMON_ORACLES = "common"
 GENERATOR_LIMITS = SandboxLimits(wall_seconds=20.0, cpu_seconds=10, memory_bytes=512 << 20)
 # Disk quota of what one generator run may write (a bundle is kilobytes to a few megabytes).
 GENERATOR_OUTPUT_BYTES = 64 << 20
@@ -150,7 +154,8 @@ def candidate_assignments(warehouse: Warehouse, round_key: str) -> list[tuple[Ge
 
 def write_generator(spec: GeneratorSpec, directory: Path, script: Path | None = None) -> Path:
     """Writes the generator program into `directory`: the family script, the
-    shared module it imports (generator_common.py) and params.json. `script`
+    shared module it imports (generator_common.py), the oracle scripts
+    (oracles/common/ and the family's oracles/<family>/) and params.json. `script`
     overrides the family script (a model-written one)."""
     if spec.script_name == GENERATOR_COMMON.name:
         raise ValueError(f"a family script may not be named {GENERATOR_COMMON.name}")
@@ -161,13 +166,17 @@ def write_generator(spec: GeneratorSpec, directory: Path, script: Path | None = 
         raise FileNotFoundError(f"no generator family script at {source}")
     shutil.copyfile(source, directory / spec.script_name)
     shutil.copyfile(GENERATOR_COMMON, directory / GENERATOR_COMMON.name)
+    for folder in (COMMON_ORACLES, spec.capability):
+        for oracle in sorted((ORACLES_DIR / folder).glob("*.py")):
+            (directory / ORACLES_DIR.name / folder).mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(oracle, directory / ORACLES_DIR.name / folder / oracle.name)
     for name, source_path in spec.files:
         shutil.copyfile(source_path, directory / name)
     (directory / "params.json").write_text(json.dumps(spec.params, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     # The sandbox runs as an unprivileged uid and reads this directory read-only.
     os.chmod(directory, 0o755)
-    for path in directory.iterdir():
-        os.chmod(path, 0o644)
+    for path in directory.rglob("*"):
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
     return directory
 
 

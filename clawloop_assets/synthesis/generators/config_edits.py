@@ -34,7 +34,7 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_UP, Decimal
 # -I drops the script's directory from sys.path; it is our read-only /generator, so put it back.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from generator_common import assemble, build_level, csv_text, run  # noqa: E402
+from generator_common import assemble, csv_text, family, numbered_levels  # noqa: E402
 
 FORMATS = ("json", "ini", "env")
 LOG_LEVELS = ("DEBUG", "INFO", "WARN", "ERROR")
@@ -64,10 +64,6 @@ COMMENTS = (
     "edit by change request only",
 )
 MS_PER_S = 1000
-
-
-def main():
-    run(build)
 
 
 # ---- the configuration model: a file is a list of items in order
@@ -946,25 +942,5 @@ def change_level(rng, seed, params, level):
                     "tree")
 
 
-def level2(rng, seed, params):
-    return change_level(rng, seed, params, 2)
-
-
-def level3(rng, seed, params):
-    return change_level(rng, seed, params, 3)
-
-
-def level4(rng, seed, params):
-    return change_level(rng, seed, params, 4)
-
-
-def level5(rng, seed, params):
-    return change_level(rng, seed, params, 5)
-
-
-def build(seed, params):
-    return build_level((level0, level1, level2, level3, level4, level5), seed, params)
-
-
-if __name__ == "__main__":
-    main()
+LEVELS = (level0, level1) + numbered_levels(change_level, (2, 3, 4, 5))
+build = family(__name__, LEVELS)

@@ -39,14 +39,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from generator_common import (  # noqa: E402
     assemble,
-    build_level,
     cents_range,
     csv_text,
     decimal_text,
     deliverable_format,
+    family,
     record_ids,
     records_deliverable,
-    run,
 )
 
 # Issue labels, in the contract's label order (alphabetical); level 5 picks
@@ -57,10 +56,6 @@ PRIORITY = ["unregistered", "missing_log", "value_mismatch", "missing_approval",
 NICE_TOLERANCES = [5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 2500, 5000]
 STEM = "audit_findings"
 HUNDREDTHS = "hundredths"
-
-
-def main():
-    run(build)
 
 
 # ---- source names
@@ -838,9 +833,5 @@ def audit_level(level):
     return build_audit_level
 
 
-def build(seed, params):
-    return build_level((level0, level1, audit_level(2), audit_level(3), audit_level(4), audit_level(5)), seed, params)
-
-
-if __name__ == "__main__":
-    main()
+LEVELS = (level0, level1) + tuple(audit_level(level) for level in (2, 3, 4, 5))
+build = family(__name__, LEVELS)

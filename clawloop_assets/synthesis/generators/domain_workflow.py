@@ -40,11 +40,11 @@ sys.dont_write_bytecode = True
 
 import task_graphs  # noqa: E402
 import tool_cli  # noqa: E402
-from generator_common import assemble, build_level, run  # noqa: E402
+from generator_common import assemble, family, numbered_levels  # noqa: E402
 
 DB = "domain.db"
 # Level -> structural features of the abstract graph, gold steps, background size.
-LEVELS = [
+GRAPH_LEVELS = [
     ((), 2, 1),
     (("long_range_dependency",), 4, 1),
     (("convergence",), 4, 1),
@@ -394,15 +394,9 @@ def command(tool, args):
                                                       for k, v in sorted(args.items())))
 
 
-def build(seed, params):
-    # Levels 0-5 are task graphs; the warm-up levels below them are one shell
-    # command on a text file of the level-0 workspace (generator_common).
-    return build_level([lambda rng, seed, params, level=level: graph_task(level, seed, params)
-                        for level in range(len(LEVELS))], seed, params)
-
-
-def graph_task(level, seed, params):
-    features, length, size = LEVELS[level]
+def graph_task(rng, seed, params, level):
+    # The shared rng goes unused: the graph and its grounding draw from their own seeded sources.
+    features, length, size = GRAPH_LEVELS[level]
     meta = params["domain"]
     keys = meta["business_keys"]
     rng = random.Random("%s|L%d|%d" % (meta["id"], level, seed))
@@ -479,5 +473,7 @@ def bundle(params, meta, domain, grounding, graph, instruction, database, after,
     return task
 
 
-if __name__ == "__main__":
-    run(build)
+# Levels 0-5 are task graphs; the warm-up levels below them are one shell
+# command on a text file of the level-0 workspace (generator_common).
+LEVELS = numbered_levels(graph_task, range(len(GRAPH_LEVELS)))
+build = family(__name__, LEVELS)

@@ -35,24 +35,21 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from generator_common import (  # noqa: E402
     assemble,
-    build_level,
     cents_range,
     csv_text,
     decimal_text,
     deliverable_format,
     dump_json,
+    family,
+    numbered_levels,
+    python_oracle,
     records_deliverable,
-    run,
 )
 
 TOLERANCE = 0.001
 # How an id may be written; "unpadded" drops the leading zeros of the number.
 ID_STYLES = ("canonical", "lower", "spaced", "joined", "space", "underscore", "unpadded")
 GROUP_STYLES = ("plain", "title", "upper", "spaced")
-
-
-def main():
-    run(build)
 
 
 # ---- shared pieces
@@ -110,12 +107,6 @@ def cents_where(rng, lo, hi, accept):
             return cents
 
 
-def fill(template, **values):
-    for name, value in values.items():
-        template = template.replace("@%s@" % name, value)
-    return template
-
-
 def id_rule(prefix):
     return ("Ids are matched after trimming surrounding spaces, ignoring letter case, dropping any space, hyphen or "
             "underscore between the prefix letters and the number, and reading the number without its leading zeros "
@@ -133,7 +124,8 @@ def deliverable_words(out, gf):
     return paths[0]
 
 
-def structured_task(params, fmt, stem, instruction, environment, rules, key, columns, expected, solution):
+def structured_task(params, fmt, stem, instruction, environment, rules, key, columns, expected, oracle, values):
+    """The task with its deliverable in `fmt`; its solution runs oracles/entity_resolution/<oracle>.py with `values`."""
     d = params["domain"]
     out = records_deliverable(fmt, stem, key, columns, expected, TOLERANCE, split_column=d["group_field"],
                               split_values=list(d["group_values"]))
@@ -149,7 +141,7 @@ def structured_task(params, fmt, stem, instruction, environment, rules, key, col
         "labels": [],
     }
     instruction = instruction % {"out": deliverable_words(out, d["group_field"])}
-    solution = solution.replace("@WRITER@", out["writer"].strip("\n"))
+    solution = python_oracle("entity_resolution", oracle, out["writer"], **values)
     return assemble(params, instruction, environment, contract, out["checks"], {stem: expected}, solution, fmt)
 
 
@@ -261,37 +253,6 @@ def level1(rng, seed, params):
 
 # ---- level 2: one CSV under stated rules
 
-LEVEL2_ORACLE = r"""python3 - <<'PY'
-import csv, re
-from decimal import Decimal, ROUND_HALF_UP
-DATA, ID, GROUP, VALUE = @DATA@, @ID@, @GROUP@, @VALUE@
-LATEST, MEAN = @LATEST@, @MEAN@
-ID_RE = re.compile(r'([A-Za-z]+)[ _-]*(\d+)')
-def canonical(raw):
-    m = ID_RE.fullmatch(raw.strip())
-    return '%s-%04d' % (m.group(1).upper(), int(m.group(2)))
-entities = {}
-with open(DATA, newline='') as f:
-    for pos, row in enumerate(csv.DictReader(f)):
-        raw_id, raw_group = row[ID], row[GROUP]
-        if ID_RE.fullmatch(raw_group.strip()):
-            raw_id, raw_group = raw_group, raw_id
-        key = canonical(raw_id)
-        g = raw_group.strip().lower()
-        ent = (key, g)
-        entities.setdefault(ent, []).append((row['recorded_on'].strip(), pos, Decimal(row[VALUE].strip()), g))
-result = []
-for ent, recs in sorted(entities.items()):
-    latest = max(recs, key=lambda r: (r[0], r[1]))
-    mean = sum(r[2] for r in recs) / len(recs)
-    result.append({ID: ent[0], GROUP: latest[3], 'records': len(recs), LATEST: latest[2],
-                   MEAN: mean.quantize(Decimal('0.01'), ROUND_HALF_UP)})
-@WRITER@
-write_deliverable(result)
-PY
-"""
-
-
 def new_entity(rng, number, group, count, lo, hi):
     days = rng.sample(range(365), count)
     amounts = rng.sample(range(lo, hi + 1), count)
@@ -384,73 +345,14 @@ def level2(rng, seed, params):
         % (data, d["entity_plural"], d["entity"], idf, gf, d["numeric_label"], d["unit"], nf, d["entity"],
            d["entity_plural"])
     )
-    solution = fill(LEVEL2_ORACLE, DATA=repr(data), ID=repr(idf), GROUP=repr(gf), VALUE=repr(nf),
-                    LATEST=repr(latest_col), MEAN=repr(mean_col))
+    values = {"DATA": data, "ID": idf, "GROUP": gf, "VALUE": nf, "LATEST": latest_col, "MEAN": mean_col}
     environment = {data: csv_text([idf, gf, "recorded_on", nf], table)}
     columns = [idf, gf, "records", latest_col, mean_col]
     return structured_task(params, deliverable_format(seed), d["record_file"] + "_resolved", instruction, environment,
-                           rules, [idf, gf], columns, expected, solution)
+                           rules, [idf, gf], columns, expected, "resolve_rows", values)
 
 
 # ---- levels 3 to 5: an index of entry cards, renumbered ids, dirty sources
-
-CARD_ORACLE = r"""python3 - <<'PY'
-import csv, json, re
-from decimal import Decimal, ROUND_HALF_UP
-PREFIX, ID, GROUP, VALUE = @PREFIX@, @ID@, @GROUP@, @VALUE@
-TOTAL, LAST, PLACES = @TOTAL@, @LAST@, Decimal(@PLACES@)
-ID_RE = re.compile(r'([A-Za-z]+)[ _-]*(\d+)')
-renumbered = {}
-with open('renumbered.csv', newline='') as f:
-    for row in csv.DictReader(f):
-        renumbered[row['old_' + ID].strip()] = row['new_' + ID].strip()
-FACTORS = {}
-@FACTORS@
-def read_card(path):
-    if path.endswith('.json'):
-        with open(path) as f:
-            raw = json.load(f, parse_float=Decimal)
-        return {'source': raw.get('source'), 'status': raw.get('status'), 'group': raw.get('group'),
-                'date': raw.get('date'), 'amount': raw.get('amount')}
-    fields = {}
-    with open(path) as f:
-        for line in f:
-            name, _, value = line.partition(':')
-            fields[name.strip()] = value.strip()
-    return {'source': fields.get('source'), 'status': fields.get('status'), 'group': fields.get(GROUP),
-            'date': fields.get('recorded_on'), 'amount': fields.get(VALUE)}
-entities = {}
-with open('index.csv', newline='') as f:
-    for pos, row in enumerate(csv.DictReader(f)):
-        m = ID_RE.fullmatch(row[ID].strip())
-        if m.group(1).upper() != PREFIX:
-            continue
-        key = '%s-%04d' % (PREFIX, int(m.group(2)))
-        while key in renumbered:
-            key = renumbered[key]
-        card = read_card(row['file'].strip())
-        if card['status'] == 'void':
-            continue
-        amount = None
-        if card['amount'] is not None and str(card['amount']).strip():
-            amount = Decimal(str(card['amount']).strip()) * FACTORS.get(card['source'], Decimal(1))
-        entities.setdefault(key, []).append((card['date'].strip(), pos, card['group'].strip().lower(), amount))
-result = []
-for key, cards in sorted(entities.items()):
-    latest = max(cards, key=lambda c: (c[0], c[1]))
-    total = sum((c[3] for c in cards if c[3] is not None), Decimal(0))
-    record = {ID: key, GROUP: latest[2], 'records': len(cards), TOTAL: total.quantize(PLACES, ROUND_HALF_UP)}
-    if LAST:
-        record[LAST] = latest[0]
-    result.append(record)
-@WRITER@
-write_deliverable(result)
-PY
-"""
-
-FACTOR_LOADER = """with open('sources.csv', newline='') as f:
-    for row in csv.DictReader(f):
-        FACTORS[row['source'].strip()] = Decimal(row['factor'].strip())"""
 
 # The scaled source writes amounts in units of 10 ** -shift of the domain unit (its factor).
 FACTOR_SHIFTS = (1, 2, 3)
@@ -678,29 +580,12 @@ def card_level(rng, seed, params, level):
                   "another register." % (sources[0], sources[1]))
     instruction = about + (" Resolve the cards into %s following the rules in CONTRACT.md exactly and write the result "
                            "to %%(out)s." % plural)
-    solution = fill(CARD_ORACLE, PREFIX=repr(prefix), ID=repr(idf), GROUP=repr(gf), VALUE=repr(nf),
-                    TOTAL=repr(total_col), LAST=repr(last_col), PLACES=repr(str(places)),
-                    FACTORS=FACTOR_LOADER if level >= 4 else "")
+    values = {"PREFIX": prefix, "ID": idf, "GROUP": gf, "VALUE": nf, "TOTAL": total_col, "LAST": last_col,
+              "PLACES_TEXT": str(places), "SCALED": level >= 4}
     columns = [idf, gf, "records", total_col] + ([last_col] if last_col else [])
     return structured_task(params, deliverable_format(seed), folder + "_resolved", instruction, environment, rules,
-                           [idf, gf], columns, expected, solution)
+                           [idf, gf], columns, expected, "cards", values)
 
 
-def level3(rng, seed, params):
-    return card_level(rng, seed, params, 3)
-
-
-def level4(rng, seed, params):
-    return card_level(rng, seed, params, 4)
-
-
-def level5(rng, seed, params):
-    return card_level(rng, seed, params, 5)
-
-
-def build(seed, params):
-    return build_level((level0, level1, level2, level3, level4, level5), seed, params)
-
-
-if __name__ == "__main__":
-    main()
+LEVELS = (level0, level1, level2) + numbered_levels(card_level, (3, 4, 5))
+build = family(__name__, LEVELS)

@@ -27,12 +27,16 @@ import sys
 # -I drops the script's directory from sys.path; it is our read-only /generator, so put it back.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from generator_common import CONTRACT_UNCHANGED, assemble, build_level, csv_text, record_ids, run, sha256  # noqa: E402
-
-
-def main():
-    run(build)
-
+from generator_common import (  # noqa: E402
+    CONTRACT_UNCHANGED,
+    assemble,
+    csv_text,
+    family,
+    python_oracle,
+    record_ids,
+    sha256,
+    shaped_levels,
+)
 
 # ---- the family
 
@@ -175,28 +179,7 @@ def level2(rng, seed, params):
         "`<extension>` is the file's extension in lower case, without the dot; the file name itself is not changed.",
         "Files ending in .tmp are deleted.",
     ]
-    solution = (
-        "python3 - <<'PY'\n"
-        "import datetime, os, re\n"
-        "for name in sorted(os.listdir('.')):\n"
-        "    if name == 'CONTRACT.md' or not os.path.isfile(name):\n"
-        "        continue\n"
-        "    ext = name.rsplit('.', 1)[1].lower()\n"
-        "    if ext == 'tmp':\n"
-        "        os.remove(name)\n"
-        "        continue\n"
-        "    folder = os.path.join(ext, 'undated')\n"
-        "    m = re.search(r'(\\d{4})-(\\d{2})-(\\d{2})', name)\n"
-        "    if m:\n"
-        "        try:\n"
-        "            datetime.date(int(m.group(1)), int(m.group(2)), int(m.group(3)))\n"
-        "            folder = os.path.join(ext, m.group(1), m.group(2))\n"
-        "        except ValueError:\n"
-        "            pass\n"
-        "    os.makedirs(folder, exist_ok=True)\n"
-        "    os.rename(name, os.path.join(folder, name))\n"
-        "PY\n"
-    )
+    solution = python_oracle("file_reorganization", "by_date")
     return tree_task(params, instruction, files, moves, solution, rules, only_listed=True)
 
 
@@ -286,53 +269,9 @@ def manifest_level(rng, seed, params, dirty, large):
     if large:
         rules.append("When several files would land on the same path, the one whose record id sorts first keeps "
                      "the name; each other one gets `_<record id>` added before its extension.")
-    solution = (
-        "python3 - <<'PY'\n"
-        "import csv, glob, os\n"
-        "KEY, GROUP = %r, %r\n"
-        "with open('register.csv', newline='') as f:\n"
-        "    records = {row[KEY]: row for row in csv.DictReader(f)}\n"
-        "def year(date):\n"
-        "    return date[-4:] if '/' in date else date[:4]\n"
-        "targets = {}\n"
-        "with open('manifest.csv', newline='') as f:\n"
-        "    for row in csv.DictReader(f):\n"
-        "        if not os.path.isfile(row['file']):\n"
-        "            continue\n"
-        "        record = records[row[KEY]]\n"
-        "        group = record[GROUP].strip().lower() or 'unassigned'\n"
-        "        folder = os.path.join(group, year(record['closed']))\n"
-        "        targets.setdefault(os.path.join(folder, os.path.basename(row['file'])), []).append((row[KEY], row['file']))\n"
-        "for target, claims in sorted(targets.items()):\n"
-        "    for rank, (key, path) in enumerate(sorted(claims)):\n"
-        "        dest = target\n"
-        "        if rank:\n"
-        "            stem, ext = target.rsplit('.', 1)\n"
-        "            dest = '%%s_%%s.%%s' %% (stem, key, ext)\n"
-        "        os.makedirs(os.path.dirname(dest), exist_ok=True)\n"
-        "        os.rename(path, dest)\n"
-        "for path in glob.glob('inbox/**/*.tmp', recursive=True):\n"
-        "    os.remove(path)\n"
-        "PY\n" % (idf, gf)
-    )
+    solution = python_oracle("file_reorganization", "manifest", KEY=idf, GROUP=gf)
     return tree_task(params, instruction, files, moves, solution, rules, only_listed=True)
 
 
-def level3(rng, seed, params):
-    return manifest_level(rng, seed, params, dirty=False, large=False)
-
-
-def level4(rng, seed, params):
-    return manifest_level(rng, seed, params, dirty=True, large=False)
-
-
-def level5(rng, seed, params):
-    return manifest_level(rng, seed, params, dirty=True, large=True)
-
-
-def build(seed, params):
-    return build_level((level0, level1, level2, level3, level4, level5), seed, params)
-
-
-if __name__ == "__main__":
-    main()
+LEVELS = (level0, level1, level2) + shaped_levels(manifest_level)
+build = family(__name__, LEVELS)

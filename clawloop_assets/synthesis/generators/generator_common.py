@@ -50,6 +50,44 @@ def run(build):
     write_task(args.out, build(args.seed, params))
 
 
+# ---- the family skeleton
+#
+# A family script declares its six levels once, in a LEVELS table, and ends
+# with `build = family(__name__, LEVELS)`: the shared build (warm-up levels
+# included) and, when it runs as a script, the command line come from here.
+
+# Levels 3 to 5 of the scale as a family's shaped level function reads them
+# (see the difficulty scale above): multi-hop, then dirty, then dirty and large.
+DEEP_SHAPES = ({"dirty": False, "large": False}, {"dirty": True, "large": False}, {"dirty": True, "large": True})
+
+
+def numbered_levels(function, numbers):
+    """Level functions for `numbers`, each `function(rng, seed, params, level)`."""
+    return tuple(lambda rng, seed, params, level=level: function(rng, seed, params, level) for level in numbers)
+
+
+def shaped_levels(function):
+    """Levels 3 to 5, each `function(rng, seed, params, dirty=..., large=...)` with its DEEP_SHAPES entry."""
+    return tuple(lambda rng, seed, params, shape=shape: function(rng, seed, params, **shape) for shape in DEEP_SHAPES)
+
+
+def family(module_name, levels):
+    """A family's `build(seed, params)` over its levels 0 to 5 (`levels`, each
+    `level(rng, seed, params)`); when `module_name` is "__main__" (the family
+    runs as the sandbox runs it), also parses the command line and writes
+    the task. Call it last in the family script: `build = family(__name__, LEVELS)`."""
+    levels = tuple(levels)
+    if len(levels) != 6:
+        raise ValueError("a family declares levels 0 to 5, got %d" % len(levels))
+
+    def build(seed, params):
+        return build_level(levels, seed, params)
+
+    if module_name == "__main__":
+        run(build)
+    return build
+
+
 def build_level(levels, seed, params):
     """The task at params["difficulty"]: `levels[difficulty](rng, seed, params)`
     with the seeded random source of these params; at a warm-up level, a
@@ -204,6 +242,68 @@ def one_step_task(rng, params, workspace):
     return task
 
 
+# ---- oracle solutions: real scripts under oracles/<family>/, beside this module
+#
+# An oracle script is a plain Python program (it runs and lints as it is):
+# its task values sit in one block between the two marker lines, each a line
+# `NAME = value`, and the generator writes the task's values there. One that
+# writes a structured deliverable holds a stand-in write_deliverable between
+# the writer's marker lines, where the generator puts the task's writer
+# (oracles/common/write_deliverable.py, filled in by records_deliverable).
+# The solution embeds the filled script in solve.sh (solution/ holds solve.sh only).
+ORACLES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "oracles")
+PARAMETERS_START = "# ---- parameters"
+PARAMETERS_END = "# ---- end of parameters"
+WRITER_START = "# ---- deliverable writer"
+WRITER_END = "# ---- end of deliverable writer"
+
+
+def _block(lines, start, end, where):
+    """(first, last) line numbers of the one block between `start` and `end`, or None."""
+    starts = [i for i, line in enumerate(lines) if line.startswith(start)]
+    ends = [i for i, line in enumerate(lines) if line.startswith(end)]
+    if len(starts) > 1 or len(ends) != len(starts) or (starts and ends[0] < starts[0]):
+        raise ValueError("oracle %s: one block, or none, between `%s` and `%s`" % (where, start, end))
+    return (starts[0], ends[0]) if starts else None
+
+
+def oracle_source(family, name, writer=None, **values):
+    """The text of `oracles/<family>/<name>.py` with `values` written into its
+    parameter block (each as its repr; the block's names and `values`' must
+    match) and `writer` (a records_deliverable writer) in its writer block,
+    given exactly when it has one."""
+    where = "%s/%s" % (family, name)
+    with open(os.path.join(ORACLES_DIR, family, name + ".py"), encoding="utf-8") as handle:
+        lines = handle.read().splitlines(keepends=True)
+    block = _block(lines, PARAMETERS_START, PARAMETERS_END, where)
+    writer_block = _block(lines, WRITER_START, WRITER_END, where)
+    if (writer is None) != (writer_block is None):
+        raise ValueError("oracle %s: a writer is given exactly when the script has a writer block" % where)
+    seen = []
+    for i in range(block[0] + 1, block[1]) if block else ():
+        parameter, equals, _ = lines[i].partition(" = ")
+        if not equals or not parameter.isidentifier() or parameter not in values:
+            raise ValueError("oracle %s: line %d of its parameter block is no parameter the generator gives: %r"
+                             % (where, i + 1, lines[i]))
+        lines[i] = "%s = %r\n" % (parameter, values[parameter])
+        seen.append(parameter)
+    if sorted(seen) != sorted(values):
+        raise ValueError("oracle %s: parameters %s, given %s" % (where, sorted(seen), sorted(values)))
+    if writer_block:
+        first, last = writer_block
+        lines[first + 1:last] = [writer if writer.endswith("\n") else writer + "\n"]
+    return "".join(lines)
+
+
+def python_oracle(family, name, writer=None, **values):
+    """A solve.sh step that runs the oracle script `oracles/<family>/<name>.py`
+    with `values` (and `writer`: see oracle_source)."""
+    source = oracle_source(family, name, writer, **values)
+    if "\nPY\n" in "\n" + source:
+        raise ValueError("oracle %s/%s: a line PY would end the here-document" % (family, name))
+    return "python3 - <<'PY'\n" + source + "PY\n"
+
+
 def dump_json(value):
     return json.dumps(value, indent=2, sort_keys=True) + "\n"
 
@@ -344,8 +444,8 @@ def records_deliverable(fmt, stem, key, columns, expected, number_tolerance=0.00
     Returns {"paths", "schema", "rules", "checks", "writer", "format"}: the
     contract's deliverable schema and format rules, the verifier checks, and
     the source of a Python function `write_deliverable(result)` for the oracle
-    solution (`result` is a list of dicts; Decimal values are written as
-    numbers)."""
+    solution (oracles/common/write_deliverable.py with these values; `result`
+    is a list of dicts; Decimal values are written as numbers)."""
     if fmt not in DELIVERABLE_FORMATS:
         raise ValueError("unknown deliverable format %r" % (fmt,))
     rules = {c: {"kind": "number", "tolerance": number_tolerance} if is_number_column(expected, c) else {"kind": "text"}
@@ -394,10 +494,8 @@ def records_deliverable(fmt, stem, key, columns, expected, number_tolerance=0.00
         ]
         extra = ["The report is free text of at least twelve words that names every record by its %s." % " ".join(key),
                  json_rule]
-    writer = WRITER_SOURCE % {
-        "fmt": fmt, "stem": stem, "columns": list(columns), "key": list(key),
-        "split": split_column, "values": list(split_values),
-    }
+    writer = oracle_source("common", "write_deliverable", _FMT=fmt, _STEM=stem, _COLUMNS=list(columns), _KEY=list(key),
+                           _SPLIT=split_column, _VALUES=list(split_values))
     return {"paths": paths, "schema": schema, "rules": extra + [order_rule], "checks": checks, "writer": writer,
             "format": fmt}
 
@@ -410,41 +508,3 @@ def record_name(record, key):
 def is_number_column(expected, column):
     values = [r.get(column) for r in expected if r.get(column) is not None]
     return bool(values) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
-
-
-# The oracle's writer: plain stdlib code a solution script embeds (format with %).
-WRITER_SOURCE = """
-import csv as _csv, json as _json, os as _os
-from decimal import Decimal as _Decimal
-
-def _plain(value):
-    if isinstance(value, _Decimal):
-        return int(value) if value == value.to_integral_value() and value.as_tuple().exponent >= 0 else float(value)
-    return value
-
-def _write_csv(path, rows):
-    with open(path, "w", newline="") as handle:
-        writer = _csv.writer(handle, lineterminator="\\n")
-        writer.writerow(%(columns)r)
-        for row in rows:
-            writer.writerow(["" if row[c] is None else row[c] for c in %(columns)r])
-
-def write_deliverable(result):
-    fmt, stem = %(fmt)r, %(stem)r
-    if fmt == "csv":
-        _write_csv(stem + ".csv", result)
-    elif fmt == "files":
-        _os.makedirs(stem, exist_ok=True)
-        for value in %(values)r:
-            _write_csv("%%s/%%s.csv" %% (stem, value), [r for r in result if r[%(split)r] == value])
-    else:
-        if fmt == "report":
-            lines = ["# Findings", "", "This report lists %%d records found by the rules of the contract." %% len(result), ""]
-            for r in result:
-                name = " ".join(str(r[k]) for k in %(key)r if r[k] not in (None, ""))
-                lines.append("- %%s: " %% name + ", ".join("%%s %%s" %% (c, r[c]) for c in %(columns)r if c not in %(key)r))
-            with open(stem + ".md", "w") as handle:
-                handle.write("\\n".join(lines) + "\\n")
-        with open(stem + ".json", "w") as handle:
-            _json.dump([{c: _plain(r[c]) for c in %(columns)r} for r in result], handle, indent=2)
-"""

@@ -28,21 +28,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from generator_common import (  # noqa: E402
     assemble,
-    build_level,
     cents_range,
     csv_text,
     decimal_text,
     deliverable_format,
+    family,
+    python_oracle,
     record_ids,
     records_deliverable,
-    run,
+    shaped_levels,
 )
 
 TIERS = ["low", "medium", "high"]
-
-
-def main():
-    run(build)
 
 
 # ---- the family
@@ -253,40 +250,8 @@ def level2(rng, seed, params):
         },
         "expected": expected,
     }
-    writer = (
-        "with open(OUT, 'w', newline='') as f:\n"
-        "    w = csv.writer(f, lineterminator='\\n')\n"
-        "    w.writerow(COLUMNS)\n"
-        "    for r in result:\n"
-        "        w.writerow([r[c] for c in COLUMNS])\n"
-        if fmt == "csv" else
-        "with open(OUT, 'w') as f:\n"
-        "    json.dump([{c: (float(r[c]) if c == COLUMNS[2] else r[c]) for c in COLUMNS} for r in result], f, indent=2)\n"
-    )
-    solution = (
-        "python3 - <<'PY'\n"
-        "import csv, json\n"
-        "from decimal import Decimal, ROUND_HALF_UP\n"
-        "DATA, OUT = %r, %r\n"
-        "GROUP, VALUE = %r, %r\n"
-        "T1, T2 = Decimal(%r), Decimal(%r)\n"
-        "COLUMNS = %r\n"
-        "groups = {}\n"
-        "with open(DATA, newline='') as f:\n"
-        "    for row in csv.DictReader(f):\n"
-        "        if row['status'].strip() != 'valid' or not row[VALUE].strip():\n"
-        "            continue\n"
-        "        groups.setdefault(row[GROUP], []).append(Decimal(row[VALUE]))\n"
-        "result = []\n"
-        "for g in sorted(groups):\n"
-        "    v = sorted(groups[g])\n"
-        "    n = len(v)\n"
-        "    m = v[n // 2] if n %% 2 else (v[n // 2 - 1] + v[n // 2]) / 2\n"
-        "    tier = 'low' if m < T1 else ('medium' if m < T2 else 'high')\n"
-        "    result.append({GROUP: g, 'records': n, COLUMNS[2]: m.quantize(Decimal('0.1'), ROUND_HALF_UP), 'tier': tier})\n"
-        "%s"
-        "PY\n" % (data, out, gf, nf, t1_text, t2_text, columns, writer)
-    )
+    solution = python_oracle("grouped_statistics", "tiers", DATA=data, OUT=out, GROUP=gf, VALUE=nf, LOWER=t1_text,
+                             UPPER=t2_text, COLUMNS=columns)
     environment = {data: csv_text([d["id_field"], gf, "status", nf], table)}
     return assemble(params, instruction, environment, contract, [check], {out: expected}, solution, fmt)
 
@@ -436,66 +401,10 @@ def multi_hop(rng, seed, params, dirty, large):
         "%s_codes.csv names the %s codes the files use. Summarize the median %s (%s) per %s and give each %s a "
         "tier, following the rules in CONTRACT.md exactly. Write the result as CONTRACT.md describes."
         % (d["entity"], idf, gf, gf, d["numeric_label"], d["unit"], gf, gf))
-    solution = (
-        "python3 - <<'PY'\n"
-        "import csv\n"
-        "from decimal import Decimal, ROUND_HALF_UP\n"
-        "KEY, GROUP, VALUE = %r, %r, %r\n"
-        "T1, T2, MIN_RECORDS, SMALL = Decimal(%r), Decimal(%r), %d, %r\n"
-        "def read_detail(path):\n"
-        "    with open(path) as f:\n"
-        "        return dict(line.split(': ', 1) if ': ' in line else (line.rstrip(':'), '') for line in f.read().splitlines())\n"
-        "with open(GROUP + '_codes.csv', newline='') as f:\n"
-        "    names = {row['code']: row[GROUP] for row in csv.DictReader(f)}\n"
-        "latest = {}\n"
-        "with open('index.csv', newline='') as f:\n"
-        "    for row in csv.DictReader(f):\n"
-        "        revision = int(row.get('revision') or 1)\n"
-        "        if row[KEY] not in latest or revision > latest[row[KEY]][0]:\n"
-        "            latest[row[KEY]] = (revision, row['file'])\n"
-        "groups = {}\n"
-        "for key, (revision, path) in sorted(latest.items()):\n"
-        "    record = {k.strip(): v.strip() for k, v in read_detail(path).items()}\n"
-        "    if record.get('status') != 'valid':\n"
-        "        continue\n"
-        "    if record.get(VALUE):\n"
-        "        value = Decimal(record[VALUE])\n"
-        "    elif record.get(VALUE + '_hundredths'):\n"
-        "        value = Decimal(record[VALUE + '_hundredths']) / 100\n"
-        "    else:\n"
-        "        continue\n"
-        "    groups.setdefault(names[record[GROUP + '_code']], []).append(value)\n"
-        "result = []\n"
-        "for g in sorted(groups):\n"
-        "    v = sorted(groups[g])\n"
-        "    n = len(v)\n"
-        "    m = v[n // 2] if n %% 2 else (v[n // 2 - 1] + v[n // 2]) / 2\n"
-        "    tier = 'low' if m < T1 else ('medium' if m < T2 else 'high')\n"
-        "    if n < MIN_RECORDS:\n"
-        "        tier = SMALL\n"
-        "    result.append({GROUP: g, 'records': n, %r: m.quantize(Decimal('0.1'), ROUND_HALF_UP), 'tier': tier})\n"
-        "%s\n"
-        "write_deliverable(result)\n"
-        "PY\n" % (idf, gf, nf, t1_text, t2_text, MIN_RECORDS if large else 0, SMALL, median_col, out["writer"])
-    )
+    solution = python_oracle("grouped_statistics", "multi_hop", out["writer"], KEY=idf, GROUP=gf, VALUE=nf, LOWER=t1_text,
+                             UPPER=t2_text, MIN_RECORDS=MIN_RECORDS if large else 0, SMALL=SMALL, MEDIAN=median_col)
     return assemble(params, instruction, environment, contract, out["checks"], {"records": expected}, solution, fmt)
 
 
-def level3(rng, seed, params):
-    return multi_hop(rng, seed, params, dirty=False, large=False)
-
-
-def level4(rng, seed, params):
-    return multi_hop(rng, seed, params, dirty=True, large=False)
-
-
-def level5(rng, seed, params):
-    return multi_hop(rng, seed, params, dirty=True, large=True)
-
-
-def build(seed, params):
-    return build_level((level0, level1, level2, level3, level4, level5), seed, params)
-
-
-if __name__ == "__main__":
-    main()
+LEVELS = (level0, level1, level2) + shaped_levels(multi_hop)
+build = family(__name__, LEVELS)

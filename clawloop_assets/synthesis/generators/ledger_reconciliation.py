@@ -28,20 +28,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from generator_common import (  # noqa: E402
     assemble,
-    build_level,
     cents_range,
     csv_text,
     decimal_text,
     deliverable_format,
+    family,
+    python_oracle,
     record_ids,
     records_deliverable,
-    run,
+    shaped_levels,
 )
-
-
-def main():
-    run(build)
-
 
 # ---- the family
 
@@ -227,42 +223,8 @@ def level2(rng, seed, params):
         "columns": {idf: {"kind": "text"}, "status": {"kind": "text"}, a_col: number, b_col: number, "difference": number},
         "expected": expected,
     }
-    writer = (
-        "with open(OUT, 'w', newline='') as f:\n"
-        "    w = csv.writer(f, lineterminator='\\n')\n"
-        "    w.writerow(COLUMNS)\n"
-        "    for r in result:\n"
-        "        w.writerow(['' if r[c] is None else r[c] for c in COLUMNS])\n"
-        if fmt == "csv" else
-        "with open(OUT, 'w') as f:\n"
-        "    json.dump([{c: (float(r[c]) if isinstance(r[c], Decimal) else r[c]) for c in COLUMNS} for r in result], f, indent=2)\n"
-    )
-    solution = (
-        "python3 - <<'PY'\n"
-        "import csv, json\n"
-        "from decimal import Decimal\n"
-        "A, B, OUT, KEY, VALUE = %r, %r, %r, %r, %r\n"
-        "STATUS_A, STATUS_B, TOL = %r, %r, Decimal(%r)\n"
-        "COLUMNS = %r\n"
-        "def load(path):\n"
-        "    totals = {}\n"
-        "    with open(path, newline='') as f:\n"
-        "        for row in csv.DictReader(f):\n"
-        "            key = row[KEY].strip().upper()\n"
-        "            totals[key] = totals.get(key, Decimal(0)) + Decimal(row[VALUE].strip())\n"
-        "    return totals\n"
-        "a, b = load(A), load(B)\n"
-        "result = []\n"
-        "for key in sorted(set(a) | set(b)):\n"
-        "    if key not in b:\n"
-        "        result.append({KEY: key, 'status': STATUS_A, COLUMNS[2]: a[key], COLUMNS[3]: None, 'difference': None})\n"
-        "    elif key not in a:\n"
-        "        result.append({KEY: key, 'status': STATUS_B, COLUMNS[2]: None, COLUMNS[3]: b[key], 'difference': None})\n"
-        "    elif abs(b[key] - a[key]) > TOL:\n"
-        "        result.append({KEY: key, 'status': 'amount_mismatch', COLUMNS[2]: a[key], COLUMNS[3]: b[key], 'difference': b[key] - a[key]})\n"
-        "%s"
-        "PY\n" % (a_file, b_file, out, idf, nf, status_a, status_b, tol_text, columns, writer)
-    )
+    solution = python_oracle("ledger_reconciliation", "two_sources", A=a_file, B=b_file, OUT=out, KEY=idf, VALUE=nf,
+                             STATUS_A=status_a, STATUS_B=status_b, TOLERANCE=tol_text, COLUMNS=columns)
     environment = {a_file: csv_text([idf, nf], a_rows), b_file: csv_text([idf, nf], b_rows)}
     return assemble(params, instruction, environment, contract, [check], {out: expected}, solution, fmt)
 
@@ -407,64 +369,10 @@ def multi_hop(rng, seed, params, dirty, large):
         "Two sources record the %s (%s) of each %s: %s (an index of detail files) and %s (rows keyed by reference "
         "codes, with ref_map.csv). Reconcile them by %s following the rules in CONTRACT.md exactly, and write the "
         "discrepancies as CONTRACT.md describes." % (d["numeric_label"], d["unit"], d["entity"], a_name, b_name, idf))
-    solution = (
-        "python3 - <<'PY'\n"
-        "import csv, os\n"
-        "from decimal import Decimal\n"
-        "A, B, KEY, VALUE, TOL = %r, %r, %r, %r, Decimal(%r)\n"
-        "STATUS_A, STATUS_B, A_COL, B_COL = %r, %r, %r, %r\n"
-        "a = {}\n"
-        "with open(A + '_index.csv', newline='') as f:\n"
-        "    for row in csv.DictReader(f):\n"
-        "        with open(row['file']) as detail:\n"
-        "            for line in detail.read().splitlines():\n"
-        "                name, _, value = line.partition(': ')\n"
-        "                if name == 'entry' and not value.endswith(' void'):\n"
-        "                    a[row[KEY]] = a.get(row[KEY], Decimal(0)) + Decimal(value)\n"
-        "with open('ref_map.csv', newline='') as f:\n"
-        "    owner = {row['ref'].strip().upper(): row[KEY] for row in csv.DictReader(f)}\n"
-        "b = {}\n"
-        "def add(ref, amount):\n"
-        "    ref = ref.strip().upper()\n"
-        "    if ref in owner:\n"
-        "        b[owner[ref]] = b.get(owner[ref], Decimal(0)) + amount\n"
-        "with open(B + '.csv', newline='') as f:\n"
-        "    for row in csv.DictReader(f):\n"
-        "        add(row['ref'], Decimal(row[VALUE]))\n"
-        "if os.path.exists(B + '_cents.csv'):\n"
-        "    with open(B + '_cents.csv', newline='') as f:\n"
-        "        for row in csv.DictReader(f):\n"
-        "            add(row['reference'], Decimal(row[VALUE + '_cents']) / 100)\n"
-        "result = []\n"
-        "for key in sorted(set(a) | set(b)):\n"
-        "    if key not in b:\n"
-        "        result.append({KEY: key, 'status': STATUS_A, A_COL: a[key], B_COL: None, 'difference': None})\n"
-        "    elif key not in a:\n"
-        "        result.append({KEY: key, 'status': STATUS_B, A_COL: None, B_COL: b[key], 'difference': None})\n"
-        "    elif abs(b[key] - a[key]) > TOL:\n"
-        "        result.append({KEY: key, 'status': 'amount_mismatch', A_COL: a[key], B_COL: b[key], 'difference': b[key] - a[key]})\n"
-        "%s\n"
-        "write_deliverable(result)\n"
-        "PY\n" % (a_name, b_name, idf, nf, tol_text, status_a, status_b, a_col, b_col, out["writer"])
-    )
+    solution = python_oracle("ledger_reconciliation", "multi_hop", out["writer"], A=a_name, B=b_name, KEY=idf, VALUE=nf,
+                             TOLERANCE=tol_text, STATUS_A=status_a, STATUS_B=status_b, A_COL=a_col, B_COL=b_col)
     return assemble(params, instruction, environment, contract, out["checks"], {"discrepancies": expected}, solution, fmt)
 
 
-def level3(rng, seed, params):
-    return multi_hop(rng, seed, params, dirty=False, large=False)
-
-
-def level4(rng, seed, params):
-    return multi_hop(rng, seed, params, dirty=True, large=False)
-
-
-def level5(rng, seed, params):
-    return multi_hop(rng, seed, params, dirty=True, large=True)
-
-
-def build(seed, params):
-    return build_level((level0, level1, level2, level3, level4, level5), seed, params)
-
-
-if __name__ == "__main__":
-    main()
+LEVELS = (level0, level1, level2) + shaped_levels(multi_hop)
+build = family(__name__, LEVELS)

@@ -31,14 +31,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from generator_common import (  # noqa: E402
     assemble,
-    build_level,
     cents_range,
     csv_text,
     decimal_text,
     deliverable_format,
+    family,
+    numbered_levels,
+    python_oracle,
     record_ids,
     records_deliverable,
-    run,
 )
 
 HOUR, MINUTE = 3600, 60
@@ -55,10 +56,6 @@ STATUS = ["alert", "ok"]
 # Timestamp formats, one per file: ISO UTC, local time with offset, epoch milliseconds.
 ISO, LOCAL, MILLIS = "iso", "local", "millis"
 ISO_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
-
-
-def main():
-    run(build)
 
 
 # ---- time and lines
@@ -401,52 +398,10 @@ def level2(rng, seed, params):
         % (log, d["entity_plural"], old, gf, idf, d["numeric_label"], d["unit"], nf, d["numeric_label"], gf,
            " and ".join(deliverable["paths"]))
     )
-    solution = LEVEL2_SOLUTION % {
-        "files": [old, log], "ws": ws_text, "we": we_text, "threshold": threshold, "nf": nf, "group": gf,
-        "mean": mean_col,
-    } + deliverable["writer"] + "write_deliverable(result)\nPY\n"
+    solution = python_oracle("log_analysis", "window", deliverable["writer"], FILES=[old, log], GROUP=gf, VALUE=nf,
+                             MEAN=mean_col, THRESHOLD=threshold, WINDOW_START=ws_text, WINDOW_END=we_text)
     key = {p: expected for p in deliverable["paths"]}
     return assemble(params, instruction, environment, contract, deliverable["checks"], key, solution, fmt)
-
-
-LEVEL2_SOLUTION = """python3 - <<'PY'
-import re
-from datetime import datetime, timezone
-from decimal import Decimal, ROUND_HALF_UP
-
-FILES, GROUP, MEAN, THRESHOLD = %(files)r, %(group)r, %(mean)r, %(threshold)d
-START = datetime.strptime(%(ws)r, '%%Y-%%m-%%dT%%H:%%M:%%SZ').replace(tzinfo=timezone.utc)
-END = datetime.strptime(%(we)r, '%%Y-%%m-%%dT%%H:%%M:%%SZ').replace(tzinfo=timezone.utc)
-LINE = re.compile(r'^(\\S+) (DEBUG|INFO|WARN|ERROR) ([a-z]+) ([A-Z]{2,4}-\\d{4}) (.+) %(nf)s=(\\d+\\.\\d+)$')
-
-seen, stats = set(), {}
-for path in FILES:
-    with open(path) as handle:
-        for line in handle.read().splitlines():
-            if line in seen:
-                continue
-            seen.add(line)
-            m = LINE.match(line)
-            if m is None:
-                continue
-            t = datetime.strptime(m.group(1), '%%Y-%%m-%%dT%%H:%%M:%%SZ').replace(tzinfo=timezone.utc)
-            if not START <= t < END:
-                continue
-            s = stats.setdefault(m.group(3), {'errors': [], 'values': []})
-            if m.group(2) == 'ERROR':
-                s['errors'].append((t, m.group(4)))
-            if m.group(6):
-                s['values'].append(Decimal(m.group(6)))
-
-result = []
-for comp in sorted(stats):
-    s = stats[comp]
-    n = len(s['errors'])
-    first = min(s['errors'], key=lambda e: (e[0], e[1]))[1] if s['errors'] else None
-    mean = (sum(s['values']) / len(s['values'])).quantize(Decimal('0.01'), ROUND_HALF_UP) if s['values'] else None
-    result.append({GROUP: comp, 'errors': n, 'first_error_id': first, MEAN: mean,
-                   'status': 'alert' if n >= THRESHOLD else 'ok'})
-"""
 
 
 # ---- levels 3 to 5: per-entity log files, an index and a limits table
@@ -693,8 +648,7 @@ def log_summary(rng, seed, params, level):
         % (d["entity"], idf, gf, idf, d["numeric_label"], d["unit"], nf, limits_file, gf, gf,
            " and ".join(deliverable["paths"]))
     )
-    solution = summary_solution(d, limits_file, dirty, large, clock, window, threshold, mean_col) \
-        + deliverable["writer"] + "write_deliverable(result)\nPY\n"
+    solution = summary_solution(d, limits_file, dirty, large, clock, window, threshold, mean_col, deliverable["writer"])
     key = {p: expected for p in deliverable["paths"]}
     return assemble(params, instruction, environment, contract, deliverable["checks"], key, solution, fmt)
 
@@ -820,103 +774,15 @@ def summary_rules(d, limits_file, dirty, large, clock, window, threshold):
     return rules, parameters
 
 
-def summary_solution(d, limits_file, dirty, large, clock, window, threshold, mean_col):
+def summary_solution(d, limits_file, dirty, large, clock, window, threshold, mean_col, writer):
+    """The oracle of levels 3-5 (oracles/log_analysis/runs.py): the window, threshold and mean only at level 5."""
     ts = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d{4}|\d{13}" if dirty \
         else r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
-    head = [
-        "python3 - <<'PY'",
-        "import csv, re",
-        "from datetime import datetime, timedelta, timezone",
-        "from decimal import Decimal, ROUND_HALF_UP",
-        "",
-        "INDEX, LIMITS, GROUP = 'index.csv', %r, %r" % (limits_file, d["group_field"]),
-        "LINE = re.compile(r'^(?P<ts>%s) (?P<level>DEBUG|INFO|WARN|ERROR) (?P<comp>[a-z]+) (?P<id>[A-Z]{2,4}-\\d{4}) '"
-        % ts,
-        "                  r'(?P<msg>.+?)(?: %s=(?P<value>\\S+))?$')" % d["numeric_field"],
-        "EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)",
-    ]
-    if large:
-        head += [
-            "START = datetime.strptime(%r, %r).replace(tzinfo=timezone.utc)" % (clock.stamp(window[0]), ISO_FORMAT),
-            "END = datetime.strptime(%r, %r).replace(tzinfo=timezone.utc)" % (clock.stamp(window[1]), ISO_FORMAT),
-            "THRESHOLD, MEAN = %d, %r" % (threshold, mean_col),
-        ]
-    body = """
-
-def moment(ts):
-    if ts.isdigit():
-        return EPOCH + timedelta(milliseconds=int(ts))
-    if ts.endswith('Z'):
-        return datetime.strptime(ts, '%%Y-%%m-%%dT%%H:%%M:%%SZ').replace(tzinfo=timezone.utc)
-    return datetime.strptime(ts, '%%Y-%%m-%%d %%H:%%M:%%S %%z').astimezone(timezone.utc)
+    return python_oracle("log_analysis", "runs", writer, LIMITS=limits_file, GROUP=d["group_field"],
+                         VALUE=d["numeric_field"], TIMESTAMP=ts,
+                         WINDOW=[clock.stamp(window[0]), clock.stamp(window[1])] if large else None,
+                         THRESHOLD=threshold if large else None, MEAN=mean_col if large else None)
 
 
-with open(INDEX, newline='') as handle:
-    files = [row['log_file'] for row in csv.DictReader(handle)]
-with open(LIMITS, newline='') as handle:
-    limits = {row[GROUP]: int(row['limit_minutes']) for row in csv.DictReader(handle)}
-
-entries = set()
-for path in files:
-    with open(path) as handle:
-        for raw in handle.read().splitlines():
-            if raw[:1].isspace():
-                continue
-            m = LINE.match(raw)
-            if m is None:
-                continue
-            value = Decimal(m['value']) if m['value'] else None
-            entries.add((moment(m['ts']), m['id'], m['level'], m['comp'], m['msg'], value))
-
-runs, errors, comps, open_starts = [], {}, set(), {}
-for t, ident, level, comp, msg, value in sorted(entries, key=lambda e: (e[1], e[0])):
-    comps.add(comp)
-    task, _, verb = msg.rpartition(' ')
-    if level == 'ERROR'%(in_window)s:
-        errors[comp] = errors.get(comp, 0) + 1
-    if verb == 'started':
-        open_starts[ident, task] = t
-    elif verb == 'finished' and (ident, task) in open_starts:
-        runs.append((comp, ident, open_starts.pop((ident, task)), t, value))
-
-result = []
-for comp in sorted(comps):
-    mine = [r for r in runs if r[0] == comp%(run_window)s]
-    seconds = [int((r[3] - r[2]).total_seconds()) for r in mine]
-    longest = min(mine, key=lambda r: (r[2] - r[3], r[1]))[1] if mine else None
-    row = {GROUP: comp, 'runs': len(mine),
-           'total_minutes': (Decimal(sum(seconds)) / 60).quantize(Decimal('0.01'), ROUND_HALF_UP),
-           'overruns': sum(1 for s in seconds if s > limits[comp] * 60),
-           'errors': errors.get(comp, 0), 'longest_id': longest}
-%(extra)s    result.append(row)
-"""
-    extra = ""
-    if large:
-        extra = (
-            "    values = [r[4] for r in mine if r[4] is not None]\n"
-            "    row[MEAN] = (sum(values) / len(values)).quantize(Decimal('0.01'), ROUND_HALF_UP) if values else None\n"
-            "    row['status'] = 'alert' if row['errors'] >= THRESHOLD else 'ok'\n"
-        )
-    body = body % {"in_window": " and START <= t < END" if large else "",
-                   "run_window": " and START <= r[2] < END" if large else "", "extra": extra}
-    return "\n".join(head) + body
-
-
-def level3(rng, seed, params):
-    return log_summary(rng, seed, params, 3)
-
-
-def level4(rng, seed, params):
-    return log_summary(rng, seed, params, 4)
-
-
-def level5(rng, seed, params):
-    return log_summary(rng, seed, params, 5)
-
-
-def build(seed, params):
-    return build_level((level0, level1, level2, level3, level4, level5), seed, params)
-
-
-if __name__ == "__main__":
-    main()
+LEVELS = (level0, level1, level2) + numbered_levels(log_summary, (3, 4, 5))
+build = family(__name__, LEVELS)

@@ -39,14 +39,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from generator_common import (  # noqa: E402
     assemble,
-    build_level,
     cents_range,
     csv_text,
     decimal_text,
     deliverable_format,
+    family,
+    numbered_levels,
     record_ids,
     records_deliverable,
-    run,
 )
 
 STATUS = "status"
@@ -58,10 +58,6 @@ NOTES = ("checked on site", "copied from the paper form", "second count", "enter
 FIRST_DAY = datetime.date(2024, 1, 8).toordinal()
 EXTENSION = {"csv": "csv", "json": "json", "text": "txt"}
 TOLERANCE = 0.001
-
-
-def main():
-    run(build)
 
 
 # ---- level 0: one shell step
@@ -918,21 +914,5 @@ def spice(rng, ctx, record):
         versions[0]["group_case"] = rng.choice(["upper", "title"])
 
 
-def level3(rng, seed, params):
-    return multi_hop(rng, seed, params, 3)
-
-
-def level4(rng, seed, params):
-    return multi_hop(rng, seed, params, 4)
-
-
-def level5(rng, seed, params):
-    return multi_hop(rng, seed, params, 5)
-
-
-def build(seed, params):
-    return build_level((level0, level1, level2, level3, level4, level5), seed, params)
-
-
-if __name__ == "__main__":
-    main()
+LEVELS = (level0, level1, level2) + numbered_levels(multi_hop, (3, 4, 5))
+build = family(__name__, LEVELS)

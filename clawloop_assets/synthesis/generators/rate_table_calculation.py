@@ -46,14 +46,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from generator_common import (  # noqa: E402
     assemble,
-    build_level,
     cents_range,
     csv_text,
     decimal_text,
     deliverable_format,
+    family,
+    numbered_levels,
     record_ids,
     records_deliverable,
-    run,
 )
 
 CENT = Decimal("0.01")
@@ -68,10 +68,6 @@ CORRECT = {
     "hundredths": "convert", "date_inclusive": True, "dupes": "last", "half_up": True,
 }
 MAX_ATTEMPTS = 60
-
-
-def main():
-    run(build)
 
 
 # ---- money, bands and prices
@@ -1033,21 +1029,5 @@ def entity_level(rng, seed, params, level):
     return assemble(params, instruction, environment, contract, out["checks"], {"records": expected}, solution, fmt)
 
 
-def level3(rng, seed, params):
-    return entity_level(rng, seed, params, 3)
-
-
-def level4(rng, seed, params):
-    return entity_level(rng, seed, params, 4)
-
-
-def level5(rng, seed, params):
-    return entity_level(rng, seed, params, 5)
-
-
-def build(seed, params):
-    return build_level((level0, level1, level2, level3, level4, level5), seed, params)
-
-
-if __name__ == "__main__":
-    main()
+LEVELS = (level0, level1, level2) + numbered_levels(entity_level, (3, 4, 5))
+build = family(__name__, LEVELS)

@@ -38,14 +38,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from generator_common import (  # noqa: E402
     assemble,
-    build_level,
     cents_range,
     csv_text,
     decimal_text,
     deliverable_format,
+    family,
+    numbered_levels,
     record_ids,
     records_deliverable,
-    run,
 )
 
 DAY = 1440
@@ -56,10 +56,6 @@ KEY = ["violation", "subject", "related"]
 STEM = "violations"
 WIDEST = 280  # minutes: no planted pair cluster spans more
 HUNDREDTHS = 100
-
-
-def main():
-    run(build)
 
 
 # ---- times
@@ -948,25 +944,5 @@ def advanced(rng, seed, params, level):
     return assemble(params, instruction, environment, contract, dv["checks"], {STEM: expected}, solution, fmt)
 
 
-def level2(rng, seed, params):
-    return advanced(rng, seed, params, 2)
-
-
-def level3(rng, seed, params):
-    return advanced(rng, seed, params, 3)
-
-
-def level4(rng, seed, params):
-    return advanced(rng, seed, params, 4)
-
-
-def level5(rng, seed, params):
-    return advanced(rng, seed, params, 5)
-
-
-def build(seed, params):
-    return build_level((level0, level1, level2, level3, level4, level5), seed, params)
-
-
-if __name__ == "__main__":
-    main()
+LEVELS = (level0, level1) + numbered_levels(advanced, (2, 3, 4, 5))
+build = family(__name__, LEVELS)

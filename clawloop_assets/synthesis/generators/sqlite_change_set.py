@@ -37,7 +37,7 @@ import tempfile
 # -I drops the script's directory from sys.path; it is our read-only /generator, so put it back.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from generator_common import assemble, build_level, cents_range, csv_text, decimal_text, record_ids, run  # noqa: E402
+from generator_common import assemble, cents_range, csv_text, decimal_text, family, numbered_levels, record_ids  # noqa: E402
 
 TOLERANCE = 0.001
 HUNDREDTHS = 100
@@ -47,10 +47,6 @@ OUTCOMES = ["applied", "skipped"]
 BATCH_STATUSES = ["accepted", "rejected"]
 POLICIES = ("skip", "insert")
 AUDIT = "change_log"
-
-
-def main():
-    run(build)
 
 
 # ---- the database file
@@ -842,25 +838,5 @@ def change_set_solution(level, policy, w, fmt):
     return "\n".join(head + load + loop + write) + "\n"
 
 
-def level2(rng, seed, params):
-    return change_set_task(rng, seed, params, 2)
-
-
-def level3(rng, seed, params):
-    return change_set_task(rng, seed, params, 3)
-
-
-def level4(rng, seed, params):
-    return change_set_task(rng, seed, params, 4)
-
-
-def level5(rng, seed, params):
-    return change_set_task(rng, seed, params, 5)
-
-
-def build(seed, params):
-    return build_level((level0, level1, level2, level3, level4, level5), seed, params)
-
-
-if __name__ == "__main__":
-    main()
+LEVELS = (level0, level1) + numbered_levels(change_set_task, (2, 3, 4, 5))
+build = family(__name__, LEVELS)
