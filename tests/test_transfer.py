@@ -143,16 +143,17 @@ def test_transfer_trains_the_base_model_on_the_pool_with_grpo_only(clawloop_home
 
 def advantage_weighted_logprob(checkpoint, examples_file) -> float:
     """sum over rollouts of (group-normalized advantage x log-probability of
-    the rollout's own action tokens) under `checkpoint`: what a GRPO step climbs."""
+    the rollout's own action tokens) under `checkpoint`, loaded as the
+    training jobs load one (a verified checkpoint): what a GRPO step climbs."""
     import torch
-    from transformers import AutoModelForCausalLM
 
+    from training_jobs.optimization import load_verified_model
     from training_jobs.policy_gradient import group_advantages, token_logprobs
     from training_jobs.trajectories import load_trajectories, pad_batch
 
     trajectories = load_trajectories(examples_file)
     advantages = group_advantages([t.reward for t in trajectories], [t.group_id for t in trajectories]).advantages
-    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32, use_safetensors=True).eval()
+    model = load_verified_model(checkpoint).eval()
     total = 0.0
     with torch.no_grad():
         for start in range(0, len(trajectories), 4):
