@@ -147,6 +147,9 @@ class LoopConfig(dg.ConfigurableResource):
     grpo_epochs: int | None = Field(default=None, ge=1, description="GRPO epochs (>= 1); unset: the recipe's.")
     kl_beta: float | None = Field(
         default=None, ge=0, description="GRPO's KL penalty coefficient (>= 0); unset: the recipe's.")
+    train_max_steps: int | None = Field(
+        default=None, ge=1, description="Optimizer steps per training job at most (>= 1); unset: every step of "
+                                        "the epochs.")
     train_batch_size: int | None = Field(
         default=None, ge=1, description="Training batch size (>= 1); unset: the recipe's.")
     lora_rank: int | None = Field(default=None, ge=1, description="LoRA rank (>= 1); unset: the recipe's.")
@@ -222,6 +225,7 @@ class LoopConfig(dg.ConfigurableResource):
             "learning_rate": self.sft_learning_rate if job == "sft" else self.grpo_learning_rate,
             "epochs": self.sft_epochs if job == "sft" else self.grpo_epochs,
             "batch_size": self.train_batch_size,
+            "max_steps": self.train_max_steps,
             "lora_rank": self.lora_rank,
             "beta": self.kl_beta if job == "grpo" else None,
         }

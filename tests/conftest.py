@@ -100,21 +100,31 @@ def round_resources(loop, policy=None, sandbox=None):
     }
 
 
+def small_round():
+    """`make bench`'s small round (benchmarks.round_phases.bench_round) with
+    two optimizer steps per training job: the round tests check that each
+    phase runs and records what it did; what training learns is
+    test_transfer's and test_training_jobs' to check."""
+    from benchmarks.round_phases import bench_round
+    from clawloop_assets.loop_config import LoopConfig
+
+    return LoopConfig(**{**bench_round().model_dump(), "train_max_steps": 2})
+
+
 def materialize_round(instance, round_key, loop=None, selection=None, **backends):
     import dagster as dg
 
-    from benchmarks.round_phases import bench_round
     from clawloop_assets.definitions import gate_checks, round_assets
 
     instance.add_dynamic_partitions("rounds", [round_key])
     return dg.materialize([*round_assets, *gate_checks], partition_key=round_key, instance=instance,
-                          resources=round_resources(loop or bench_round(), **backends), raise_on_error=False,
+                          resources=round_resources(loop or small_round(), **backends), raise_on_error=False,
                           selection=selection)
 
 
 @dataclass(frozen=True)
 class FinishedRound:
-    """Round 1 of `bench_round` (24 candidates), materialized with the real
+    """Round 1 of `small_round` (24 candidates), materialized with the real
     backends into a persistent Dagster instance. Tests read it; the few that
     add to it (a rematerialized asset, round 2 on an ephemeral instance)
     leave what the others read unchanged."""

@@ -81,6 +81,7 @@ BAD_VALUES = {
     "grpo_learning_rate": [0, 2.0],
     "grpo_epochs": [0],
     "kl_beta": [-0.1],
+    "train_max_steps": [0, -1],
     "train_batch_size": [0],
     "lora_rank": [0],
     "torch_threads": [0, -1],

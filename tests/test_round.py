@@ -10,10 +10,9 @@ import json
 import dagster as dg
 import polars as pl
 import pytest
-from conftest import ROUND_ONE, docker_sandbox, materialize_round, round_resources
+from conftest import ROUND_ONE, docker_sandbox, materialize_round, round_resources, small_round
 
 from benchmarks import sampling_temperature
-from benchmarks.round_phases import bench_round
 from clawloop_assets.cli import why_stopped
 from clawloop_assets.definitions import defs, gate_checks, resources_for, round_assets
 from clawloop_assets.evaluation.fixed_set import is_evaluation_seed
@@ -23,8 +22,8 @@ from resources.openai_policy import OpenAICompatiblePolicyModel
 from resources.sandbox import DockerSandbox
 from resources.warehouse import DuckDBWarehouse
 
-# 24 candidates and a wide admission band: one definition, shared with `make bench`.
-SMALL_ROUND = bench_round()
+# 24 candidates and a wide admission band, as in `make bench`; two training steps.
+SMALL_ROUND = small_round()
 
 
 def summary_of(finished_round) -> dict:
@@ -207,16 +206,16 @@ def test_rematerializing_one_asset_of_the_round_replaces_its_rows(finished_round
 
 @pytest.mark.slow
 def test_round_two_starts_from_round_ones_checkpoint_and_plan(finished_round):
-    """Run up to its validation rollouts: what follows is round 1's path
-    again, and with a 135M policy whether any of 24 candidates lands in the
-    band is luck. Here the schedule is round 1's temperature alone, so round
-    2's is the controller's. (A new resource: Dagster rebuilds one from its
+    """Run up to its validation rollouts, on 8 candidates: what follows is
+    round 1's path again, and with a 135M policy whether any candidate lands
+    in the band is luck. Here the schedule is round 1's temperature alone, so
+    round 2's is the controller's. (A new resource: Dagster rebuilds one from its
     init arguments, so a model_copy's update would be lost.) On an ephemeral
     instance: the shared one keeps round 1 alone for the UI tests."""
     warehouse = DuckDBWarehouse()
     summary = summary_of(finished_round)
     round_one_rollouts = warehouse.read("rollouts", {"round": ROUND_ONE}).height
-    controlled = LoopConfig(**{**SMALL_ROUND.model_dump(),
+    controlled = LoopConfig(**{**SMALL_ROUND.model_dump(), "candidates_per_round": 8,
                                "round_temperatures": [SMALL_ROUND.scheduled_temperature(ROUND_ONE)]})
     second = materialize_round(dg.DagsterInstance.ephemeral(), "round-0002", controlled,
                                selection=dg.AssetSelection.assets("validation_rollouts").upstream())

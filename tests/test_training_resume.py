@@ -213,6 +213,22 @@ def test_loop_config_takes_the_recipe_and_its_overrides():
     assert paper.training_job_config("sft")["learning_rate"] == 2e-5
     cpu = LoopConfig(train_batch_size=4, seed=7).training_job_config("sft")
     assert (cpu["batch_size"], cpu["learning_rate"], cpu["seed"]) == (4, 1e-5, 7)
+    assert "max_steps" not in cpu  # unset: the job's default, every step
+    assert LoopConfig(train_max_steps=3).training_job_config("grpo")["max_steps"] == 3
+
+
+def test_max_steps_keeps_the_first_steps_of_the_epochs_schedule(tmp_path):
+    from training_jobs.optimization import step_schedule
+
+    paths = {"base_checkpoint": str(tmp_path / "base"), "examples": str(tmp_path / "e.jsonl"),
+             "output_checkpoint": str(tmp_path / "out")}
+    every = SFTJobConfig.from_dict({**paths, "batch_size": 3, "epochs": 2})
+    capped = SFTJobConfig.from_dict({**paths, "batch_size": 3, "epochs": 2, "max_steps": 5})
+    schedule = step_schedule(list(range(10)), every)
+    assert len(schedule) == 8  # 2 epochs x ceil(10 / 3)
+    assert step_schedule(list(range(10)), capped) == schedule[:5]
+    with pytest.raises(ValueError, match="max_steps must be >= 0"):
+        SFTJobConfig.from_dict({**paths, "max_steps": -1})
 
 
 def test_activation_checkpointing_trains_the_same_weights(base_checkpoint, examples, tmp_path):

@@ -38,6 +38,11 @@ class TrainingJobConfig:
         metadata={"help": "AdamW learning rate, constant (no warmup or decay)."},
     )
     epochs: int = field(default=1, metadata={"help": "Passes over the examples."})
+    max_steps: int = field(
+        default=0,
+        metadata={"help": "Stop after this many optimizer steps of the epochs' schedule (a budget for a quick "
+                          "round); 0: every step."},
+    )
     batch_size: int = field(
         default=8,
         metadata={"help": "Trajectories per optimizer step (the loss is averaged over all their action tokens)."},
@@ -108,6 +113,8 @@ class TrainingJobConfig:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate} (CPU default 1e-5)")
         if self.epochs < 1:
             raise ValueError(f"epochs must be >= 1, got {self.epochs}")
+        if self.max_steps < 0:
+            raise ValueError(f"max_steps must be >= 0 (0: every step of the epochs), got {self.max_steps}")
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.max_length < 2:

@@ -100,9 +100,11 @@ def autocast(config: TrainingJobConfig, device: torch.device):
 
 
 def step_schedule(items: Sequence, config: TrainingJobConfig) -> list[tuple[int, list]]:
-    """(epoch, batch) for every optimizer step of the job, fixed by the seed."""
+    """(epoch, batch) for every optimizer step of the job, fixed by the seed;
+    the first `max_steps` of them when that is set."""
     order = torch.Generator().manual_seed(config.seed)
-    return [(epoch, batch) for epoch in range(config.epochs) for batch in shuffled_batches(items, config.batch_size, order)]
+    steps = [(epoch, batch) for epoch in range(config.epochs) for batch in shuffled_batches(items, config.batch_size, order)]
+    return steps[:config.max_steps] if config.max_steps else steps
 
 
 def _file_sha256(path: str | Path) -> str:
