@@ -123,7 +123,7 @@ def sqlite_rows(root: Path, domain) -> dict[str, int]:
 # ---- config_edits
 
 def _config_edits() -> Family:
-    MODE_LINE = re.compile(r"FACTOR, MODE, VERSION = Decimal\('[\d.]+'\), (ROUND_\w+), \d+")
+    MODE_LINE = re.compile(r"MODE = '(ROUND_\w+)'")
     MODES = ("ROUND_HALF_UP", "ROUND_HALF_EVEN", "ROUND_CEILING", "ROUND_FLOOR")
 
 
@@ -171,10 +171,9 @@ def _config_edits() -> Family:
     LEVEL4 = {
         "key names matched case-sensitively": ("    name = key.lower()",
                                                "    name = key.lower() if key.isupper() else key"),
-        "milliseconds not converted": ("plain(Decimal(str(value)) / 1000)", "value"),
-        "an empty required value kept": (
-            "        return (key, value) if str(value).strip() else None  # empty counts as missing",
-            "        return key, value"),
+        "milliseconds not converted": ("plain(Decimal(str(value)) / MS_PER_S)", "value"),
+        "an empty required value kept": ("            return None  # an empty value counts as missing",
+                                         "            return key, value"),
         "a listed file that does not exist created": (
             "        continue  # listed, but there is no such file: not created", "        open(path, 'w').close()"),
         "commented-out settings read as settings": (
@@ -185,15 +184,17 @@ def _config_edits() -> Family:
     }
     LEVEL5 = {
         **{name: COMMON[name] for name in COMMON if name.startswith(("rounding", "a migrated"))},
-        "log_level lowered too": ("        return key, value if ORDER.index(value) >= ORDER.index(LEVEL) else LEVEL",
-                                  "        return key, LEVEL"),
-        "caps ignored": ("    if old > cap:\n        return value  # an approved exception stays as it is\n", "",
-                         "min(old * FACTOR, cap)", "old * FACTOR"),
-        "a limit above its cap lowered to the cap": ("        return value  # an approved exception stays as it is",
-                                                     "        return int(cap)"),
+        "log_level lowered too": (
+            "            return key, value if ORDER.index(value) >= ORDER.index(LEVEL) else LEVEL",
+            "            return key, LEVEL"),
+        "caps ignored": ("        if old > cap:\n            return value  # an approved exception stays as it is\n",
+                         "", "min(old * FACTOR, cap)", "old * FACTOR"),
+        "a limit above its cap lowered to the cap": ("            return value  # an approved exception stays as it is",
+                                                     "            return int(cap)"),
         "a scaled value above its cap kept": ("min(old * FACTOR, cap)", "old * FACTOR"),
         "a name with max inside read as a limit": ("    if name.startswith('max_'):", "    if 'max_' in name:",
-                                                   "    cap = CAPS[name]", "    cap = CAPS.get(name, Decimal('Infinity'))"),
+                                                   "        cap = CAPS[name]",
+                                                   "        cap = CAPS.get(name, Decimal('Infinity'))"),
         "the first assignment in an .env file wins": (
             "    last = {k.strip().lower(): i for i, (k, _, v) in settings}",
             "    last = {k.strip().lower(): i for i, (k, _, v) in reversed(settings)}"),
