@@ -849,21 +849,24 @@ SQLITE_READINGS = {
     "a deleted key stays deleted": (
         "changes.sort(key=lambda x: (x[0], x[1]))\n",
         "changes.sort(key=lambda x: (x[0], x[1]))\ngone = set()\n",
-        "        rows.pop(key, None)\n",
-        "        rows.pop(key, None)\n        gone.add(key)\n    elif key in gone:\n        pass\n"),
+        "    elif c['op'] == 'delete':\n",
+        "    elif c['op'] == 'delete':\n        gone.add(key)\n",
+        "    elif c['op'] == 'insert' or",
+        "    elif key in gone:\n        pass\n    elif c['op'] == 'insert' or"),
     "codes stored as they are": ("fields[GROUP] = codes[c['group'].strip()]", "fields[GROUP] = c['group'].strip()"),
     "an emptied group keeps its summary row": (
         "summary = {}\n",
         "summary = {g: [0, Decimal(0)] for (g,) in con.execute('SELECT %s FROM %s' % (GROUP, SUMMARY))}\n"),
-    "rejected batches applied": ("        if row['status'].strip() != 'accepted':\n            continue\n", ""),
+    "rejected batches applied": (
+        "            if DIRTY and row['status'].strip() != 'accepted':\n                continue\n", ""),
     "unlisted files applied": (
-        "batches = []\n", "batches, listed = [], set()\n",
-        "    for row in csv.DictReader(f):\n",
-        "    for row in csv.DictReader(f):\n        listed.add(row['file'].strip())\n",
-        "for batch, name in batches:",
-        "for batch, name in batches + [(0, n) for n in sorted(os.listdir('changes'))"
+        "    batches = []\n", "    batches, listed = [], set()\n",
+        "        for row in csv.DictReader(f):\n",
+        "        for row in csv.DictReader(f):\n            listed.add(row['file'].strip())\n",
+        "for batch, path in batches:",
+        "for batch, path in batches + [(0, os.path.join('changes', n)) for n in sorted(os.listdir('changes'))"
         " if n not in listed | {'index.csv'}]:"),
-    "an empty key is a key": ("    if not given(c['key']):\n        continue\n", ""),
+    "an empty key is a key": ("key = norm(c['key']) if given(c['key']) else None", "key = norm(c['key'] or '')"),
     "an empty key is a key in the log": ("key = norm(c['key']) if given(c['key']) else None",
                                          "key = norm(c['key'] or '')"),
     "hundredths taken as the unit": ("scale = HUNDREDTHS if", "scale = 1 if"),
