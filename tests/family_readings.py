@@ -661,7 +661,9 @@ RATE_TOGGLES = {
 
 def _rate_table_calculation() -> Family:
     TOGGLES = RATE_TOGGLES
-    HALF_EVEN = {"halves rounded to even": ("rounding=ROUND_HALF_UP", "rounding=ROUND_HALF_EVEN")}
+    HALF_EVEN = {"halves rounded to even": ("from decimal import ROUND_HALF_UP, Decimal",
+                                            "from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal",
+                                            "rounding=ROUND_HALF_UP", "rounding=ROUND_HALF_EVEN")}
     # Level 2: a category without rates is left out.
     CATEGORY_READINGS = {
         "a category without rates gets a zero row": (
@@ -678,6 +680,7 @@ def _rate_table_calculation() -> Family:
     # Levels 4-5: the dirty-data rules.
     DIRTY_READINGS = {
         "files the index does not list are charged": (
+            "import json\n", "import json\nimport os\n",
             "entries = [(row[ID].strip(), row['file'].strip()) for row in csv.DictReader(f)]",
             "entries = [(os.path.splitext(n)[0], os.path.join(DETAIL_DIR, n)) for n in sorted(os.listdir(DETAIL_DIR))]"),
         "a line without a quantity is charged as zero": ("continue  # no quantity: skipped", "q = band_q = Decimal(0)"),
