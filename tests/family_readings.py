@@ -123,7 +123,7 @@ def sqlite_rows(root: Path, domain) -> dict[str, int]:
 # ---- config_edits
 
 def _config_edits() -> Family:
-    MODE_LINE = re.compile(r"FACTOR, MODE, VERSION = Decimal\('[\d.]+'\), (ROUND_\w+), \d+")
+    MODE_LINE = re.compile(r"MODE = '(ROUND_\w+)'")
     MODES = ("ROUND_HALF_UP", "ROUND_HALF_EVEN", "ROUND_CEILING", "ROUND_FLOOR")
 
 
@@ -171,10 +171,9 @@ def _config_edits() -> Family:
     LEVEL4 = {
         "key names matched case-sensitively": ("    name = key.lower()",
                                                "    name = key.lower() if key.isupper() else key"),
-        "milliseconds not converted": ("plain(Decimal(str(value)) / 1000)", "value"),
-        "an empty required value kept": (
-            "        return (key, value) if str(value).strip() else None  # empty counts as missing",
-            "        return key, value"),
+        "milliseconds not converted": ("plain(Decimal(str(value)) / MS_PER_S)", "value"),
+        "an empty required value kept": ("            return None  # an empty value counts as missing",
+                                         "            return key, value"),
         "a listed file that does not exist created": (
             "        continue  # listed, but there is no such file: not created", "        open(path, 'w').close()"),
         "commented-out settings read as settings": (
@@ -185,15 +184,17 @@ def _config_edits() -> Family:
     }
     LEVEL5 = {
         **{name: COMMON[name] for name in COMMON if name.startswith(("rounding", "a migrated"))},
-        "log_level lowered too": ("        return key, value if ORDER.index(value) >= ORDER.index(LEVEL) else LEVEL",
-                                  "        return key, LEVEL"),
-        "caps ignored": ("    if old > cap:\n        return value  # an approved exception stays as it is\n", "",
-                         "min(old * FACTOR, cap)", "old * FACTOR"),
-        "a limit above its cap lowered to the cap": ("        return value  # an approved exception stays as it is",
-                                                     "        return int(cap)"),
+        "log_level lowered too": (
+            "            return key, value if ORDER.index(value) >= ORDER.index(LEVEL) else LEVEL",
+            "            return key, LEVEL"),
+        "caps ignored": ("        if old > cap:\n            return value  # an approved exception stays as it is\n",
+                         "", "min(old * FACTOR, cap)", "old * FACTOR"),
+        "a limit above its cap lowered to the cap": ("            return value  # an approved exception stays as it is",
+                                                     "            return int(cap)"),
         "a scaled value above its cap kept": ("min(old * FACTOR, cap)", "old * FACTOR"),
         "a name with max inside read as a limit": ("    if name.startswith('max_'):", "    if 'max_' in name:",
-                                                   "    cap = CAPS[name]", "    cap = CAPS.get(name, Decimal('Infinity'))"),
+                                                   "        cap = CAPS[name]",
+                                                   "        cap = CAPS.get(name, Decimal('Infinity'))"),
         "the first assignment in an .env file wins": (
             "    last = {k.strip().lower(): i for i, (k, _, v) in settings}",
             "    last = {k.strip().lower(): i for i, (k, _, v) in reversed(settings)}"),
@@ -660,7 +661,9 @@ RATE_TOGGLES = {
 
 def _rate_table_calculation() -> Family:
     TOGGLES = RATE_TOGGLES
-    HALF_EVEN = {"halves rounded to even": ("rounding=ROUND_HALF_UP", "rounding=ROUND_HALF_EVEN")}
+    HALF_EVEN = {"halves rounded to even": ("from decimal import ROUND_HALF_UP, Decimal",
+                                            "from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal",
+                                            "rounding=ROUND_HALF_UP", "rounding=ROUND_HALF_EVEN")}
     # Level 2: a category without rates is left out.
     CATEGORY_READINGS = {
         "a category without rates gets a zero row": (
@@ -677,6 +680,7 @@ def _rate_table_calculation() -> Family:
     # Levels 4-5: the dirty-data rules.
     DIRTY_READINGS = {
         "files the index does not list are charged": (
+            "import json\n", "import json\nimport os\n",
             "entries = [(row[ID].strip(), row['file'].strip()) for row in csv.DictReader(f)]",
             "entries = [(os.path.splitext(n)[0], os.path.join(DETAIL_DIR, n)) for n in sorted(os.listdir(DETAIL_DIR))]"),
         "a line without a quantity is charged as zero": ("continue  # no quantity: skipped", "q = band_q = Decimal(0)"),
@@ -848,21 +852,24 @@ SQLITE_READINGS = {
     "a deleted key stays deleted": (
         "changes.sort(key=lambda x: (x[0], x[1]))\n",
         "changes.sort(key=lambda x: (x[0], x[1]))\ngone = set()\n",
-        "        rows.pop(key, None)\n",
-        "        rows.pop(key, None)\n        gone.add(key)\n    elif key in gone:\n        pass\n"),
+        "    elif c['op'] == 'delete':\n",
+        "    elif c['op'] == 'delete':\n        gone.add(key)\n",
+        "    elif c['op'] == 'insert' or",
+        "    elif key in gone:\n        pass\n    elif c['op'] == 'insert' or"),
     "codes stored as they are": ("fields[GROUP] = codes[c['group'].strip()]", "fields[GROUP] = c['group'].strip()"),
     "an emptied group keeps its summary row": (
         "summary = {}\n",
         "summary = {g: [0, Decimal(0)] for (g,) in con.execute('SELECT %s FROM %s' % (GROUP, SUMMARY))}\n"),
-    "rejected batches applied": ("        if row['status'].strip() != 'accepted':\n            continue\n", ""),
+    "rejected batches applied": (
+        "            if DIRTY and row['status'].strip() != 'accepted':\n                continue\n", ""),
     "unlisted files applied": (
-        "batches = []\n", "batches, listed = [], set()\n",
-        "    for row in csv.DictReader(f):\n",
-        "    for row in csv.DictReader(f):\n        listed.add(row['file'].strip())\n",
-        "for batch, name in batches:",
-        "for batch, name in batches + [(0, n) for n in sorted(os.listdir('changes'))"
+        "    batches = []\n", "    batches, listed = [], set()\n",
+        "        for row in csv.DictReader(f):\n",
+        "        for row in csv.DictReader(f):\n            listed.add(row['file'].strip())\n",
+        "for batch, path in batches:",
+        "for batch, path in batches + [(0, os.path.join('changes', n)) for n in sorted(os.listdir('changes'))"
         " if n not in listed | {'index.csv'}]:"),
-    "an empty key is a key": ("    if not given(c['key']):\n        continue\n", ""),
+    "an empty key is a key": ("key = norm(c['key']) if given(c['key']) else None", "key = norm(c['key'] or '')"),
     "an empty key is a key in the log": ("key = norm(c['key']) if given(c['key']) else None",
                                          "key = norm(c['key'] or '')"),
     "hundredths taken as the unit": ("scale = HUNDREDTHS if", "scale = 1 if"),

@@ -34,7 +34,7 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_UP, Decimal
 # -I drops the script's directory from sys.path; it is our read-only /generator, so put it back.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from generator_common import assemble, csv_text, family, numbered_levels  # noqa: E402
+from generator_common import assemble, csv_text, family, numbered_levels, python_oracle  # noqa: E402
 
 FORMATS = ("json", "ini", "env")
 LOG_LEVELS = ("DEBUG", "INFO", "WARN", "ERROR")
@@ -616,175 +616,14 @@ def plant_limits(rng, cr, items, live, roles):
 # ---- the oracle: what a careful solver writes from the workspace and the contract
 
 def oracle(cr, level):
-    """The solution script: plain line edits of INI and .env files (comments kept),
-    JSON loaded and written back; each contract rule is one recognizable line."""
-    mode = ROUNDINGS[cr["rounding"]][0]
-    lines = [
-        "python3 - <<'PY'",
-        "import configparser, csv, json, os",
-        "from decimal import Decimal, ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_EVEN, ROUND_HALF_UP",
-        "",
-        "FACTOR, MODE, VERSION = Decimal(%r), %s, %d" % (str(cr["factor"]), mode, cr["version"]),
-        "OLD, NEW = %r, %r" % (cr["old"], cr["new"]),
-        "DEPRECATED, LEVEL = %r, %r" % (cr["dep"], cr["level"]),
-    ]
-    if level >= 4:
-        lines.append("OLD_MS = %r" % cr["old_ms"])
-    if level == 5:
-        lines.append("ORDER = %r" % (list(LOG_LEVELS),))
-    if level == 2:
-        lines += [
-            "REQUIRED = {'retention_days': %r}" % str(cr["required"]["retention_days"]),
-            "FILES = sorted(os.path.join('config', n) for n in os.listdir('config')",
-            "               if n.endswith(('.json', '.ini', '.env')))",
-        ]
-    else:
-        lines += [
-            "REF = configparser.ConfigParser(interpolation=None)",
-            "REF.optionxform = str",
-            "REF.read('shared/defaults.ini')",
-            "REQUIRED = {k.lower(): v for k, v in REF['required'].items()}",
-        ]
-        if level == 5:
-            lines.append("CAPS = {k.lower(): Decimal(v) for k, v in REF['caps'].items()}")
-        lines += [
-            "FILES = []",
-            "with open('services.csv', newline='') as f:",
-            "    for row in csv.DictReader(f):",
-            "        if row['config_file'].strip() not in FILES:",
-            "            FILES.append(row['config_file'].strip())",
-        ]
-    lines += [
-        "",
-        "def plain(d):",
-        "    return int(d) if d == d.to_integral_value() else float(d)",
-        "",
-        "def scaled(name, value):",
-        "    old = Decimal(str(value))",
-    ]
-    if level == 5:
-        lines += [
-            "    cap = CAPS[name]",
-            "    if old > cap:",
-            "        return value  # an approved exception stays as it is",
-            "    new = min(old * FACTOR, cap)",
-        ]
-    else:
-        lines.append("    new = old * FACTOR")
-    lines += [
-        "    return int(new.to_integral_value(rounding=MODE))",
-        "",
-        "def edit(key, value, env):",
-        "    \"\"\"(key, value) after the change, or None when the key goes.\"\"\"",
-        "    name = key.lower()",
-        "    if name == DEPRECATED:",
-        "        return None",
-        "    if name == OLD:",
-        "        return (NEW.upper() if env else NEW), value",
-    ]
-    if level >= 4:
-        lines += [
-            "    if name == OLD_MS:",
-            "        return (NEW.upper() if env else NEW), plain(Decimal(str(value)) / %d)" % MS_PER_S,
-        ]
-    lines += [
-        "    if name.startswith('max_'):",
-        "        return key, scaled(name, value)",
-        "    if name == 'schema_version':",
-        "        return key, VERSION",
-        "    if name == 'log_level':",
-        ("        return key, value if ORDER.index(value) >= ORDER.index(LEVEL) else LEVEL" if level == 5 else
-         "        return key, LEVEL"),
-        "    if name in REQUIRED:",
-        ("        return (key, value) if str(value).strip() else None  # empty counts as missing" if level >= 4 else
-         "        return key, value  # a file that sets it keeps its own value"),
-        "    return key, value",
-        "",
-        "def typed(text):",
-        "    return plain(Decimal(text)) if text.replace('.', '', 1).isdigit() else text",
-        "",
-        "def edit_json(path):",
-        "    with open(path) as f:",
-        "        data = json.load(f)",
-        "    if data.get('schema_version') == VERSION:",
-        "        return  # migrated before",
-        "    def walk(node):",
-        "        out = {}",
-        "        for key, value in node.items():",
-        "            pair = (key, walk(value)) if isinstance(value, dict) else edit(key, value, False)",
-        "            if pair:",
-        "                out[pair[0]] = pair[1]",
-        "        return out",
-        "    data = walk(data)",
-        "    present = {k.lower() for k in data}",
-        "    for key, default in REQUIRED.items():",
-        "        if key not in present:",
-        "            data[key] = typed(default)",
-        "    with open(path, 'w') as f:",
-        "        f.write(json.dumps(data, indent=2) + '\\n')",
-        "",
-        "def edit_lines(path, env):",
-        "    with open(path) as f:",
-        "        lines = f.read().splitlines()",
-        "    settings = [(i, t.strip().partition('=')) for i, t in enumerate(lines)",
-        "                if t.strip() and not t.strip().startswith(('#', ';', '['))]",
-        "    if any(k.strip().lower() == 'schema_version' and v.strip() == str(VERSION) for _, (k, _, v) in settings):",
-        "        return  # migrated before",
-    ]
-    if level == 5:
-        lines.append("    last = {k.strip().lower(): i for i, (k, _, v) in settings}")
-    lines += [
-        "    out, section, present, end = [], None, set(), None",
-        "    for i, line in enumerate(lines):",
-        "        text = line.strip()",
-        "        if not text:",
-        "            out.append(line)",
-        "            continue",
-        "        if text.startswith(('#', ';')):",
-        "            out.append(line)  # a comment stays as it is",
-        "            continue",
-        "        if text.startswith('['):",
-        "            section = text[1:-1].strip()",
-        "            out.append(line)",
-        "            continue",
-        "        key, _, value = text.partition('=')",
-        "        key, value = key.strip(), value.strip()",
-    ]
-    if level == 5:
-        lines += [
-            "        if env and last[key.lower()] != i:",
-            "            continue  # the last assignment of a key is the one in effect",
-        ]
-    lines += [
-        "        pair = edit(key, value, env)",
-        "        if pair is None:",
-        "            continue",
-        "        out.append(('%s=%s' if env else '%s = %s') % pair)",
-        "        if env or section == 'service':",
-        "            present.add(pair[0].lower())",
-        "            end = len(out)",
-        "    added = [('%s=%s' % (k.upper(), v)) if env else ('%s = %s' % (k, v))",
-        "             for k, v in REQUIRED.items() if k not in present]",
-        "    end = len(out) if end is None else end",
-        "    out[end:end] = added",
-        "    with open(path, 'w') as f:",
-        "        f.write('\\n'.join(out) + '\\n')",
-        "",
-        "for path in FILES:",
-    ]
-    if level >= 4:
-        lines += [
-            "    if not os.path.exists(path):",
-            "        continue  # listed, but there is no such file: not created",
-        ]
-    lines += [
-        "    if path.endswith('.json'):",
-        "        edit_json(path)",
-        "    else:",
-        "        edit_lines(path, path.endswith('.env'))",
-        "PY",
-    ]
-    return "\n".join(lines) + "\n"
+    """The solution script (oracles/config_edits/change_request.py): plain line edits of INI and .env files
+    (comments kept), JSON loaded and written back; each contract rule is one recognizable line."""
+    return python_oracle(
+        "config_edits", "change_request", FACTOR_TEXT=str(cr["factor"]), MODE=ROUNDINGS[cr["rounding"]][0],
+        VERSION=cr["version"], OLD=cr["old"], NEW=cr["new"], DEPRECATED=cr["dep"], LEVEL=cr["level"],
+        REQUIRED={"retention_days": str(cr["required"]["retention_days"])} if level == 2 else None,
+        OLD_MS=cr["old_ms"], MS_PER_S=MS_PER_S if level >= 4 else None, ORDER=list(LOG_LEVELS) if level == 5 else None,
+        DIRTY=level >= 4, CAPPED=level == 5, LAST_WINS=level == 5)
 
 
 # ---- levels 2 to 5: instruction, contract, checks

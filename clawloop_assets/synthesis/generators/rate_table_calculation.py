@@ -52,6 +52,7 @@ from generator_common import (  # noqa: E402
     deliverable_format,
     family,
     numbered_levels,
+    python_oracle,
     record_ids,
     records_deliverable,
 )
@@ -303,53 +304,12 @@ def rule_texts(d, cfg, unit_of_charge):
     return [inclusive, pricing, minimum, rounding]
 
 
-# ---- the oracle's pricing code, shared by levels 2 to 5
+# ---- the oracle's readings of the four rules, shared by levels 2 to 5
 
-PRICE_SOURCE = '''
-INCLUSIVE_UPPER = %(inclusive)r
-PRICING = %(pricing)r
-MIN_BEFORE_SURCHARGE = %(min_first)r
-ROUND_LINES = %(round_lines)r
-CENT = Decimal('0.01')
-
-
-def rnd(value):
-    return value.quantize(CENT, rounding=ROUND_HALF_UP)
-
-
-def band_of(bands, q):
-    for index, (limit, rate, fee) in enumerate(bands):
-        if limit is None or (q <= limit if INCLUSIVE_UPPER else q < limit):
-            return index
-
-
-def price(bands, q, band_q, minimum, surcharge):
-    limit, rate, fee = bands[band_of(bands, band_q)]
-    if PRICING == 'whole':
-        base = rate * q
-    else:
-        base, low = Decimal(0), Decimal(0)
-        for band_limit, band_rate, _ in bands:
-            top = q if band_limit is None else min(q, band_limit)
-            if top > low:
-                base += band_rate * (top - low)
-            if band_limit is None:
-                break
-            low = band_limit
-    base += fee
-    factor = 1 + surcharge / 100
-    if MIN_BEFORE_SURCHARGE:
-        return max(base, minimum) * factor
-    return max(base * factor, minimum)
-
-
-def total_of(charges):
-    return sum(rnd(c) for c in charges) if ROUND_LINES else rnd(sum(charges))
-'''
-
-
-def price_source(cfg):
-    return PRICE_SOURCE % {k: cfg[k] for k in ("inclusive", "pricing", "min_first", "round_lines")}
+def reading_values(cfg):
+    """The oracle scripts' parameters for the four readings the contract declares."""
+    return {"INCLUSIVE_UPPER": cfg["inclusive"], "PRICING": cfg["pricing"], "MIN_BEFORE_SURCHARGE": cfg["min_first"],
+            "ROUND_LINES": cfg["round_lines"]}
 
 
 # ---- level 0: one shell step
@@ -600,31 +560,9 @@ def level2(rng, seed, params):
     )
     table = {g: [(None if limit is None else plain(limit), plain(rate), plain(fee)) for limit, rate, fee in t["bands"]]
              for g, t in sorted(rates.items())}
-    solution = (
-        "python3 - <<'PY'\n"
-        "import csv\n"
-        "from decimal import Decimal, ROUND_HALF_EVEN, ROUND_HALF_UP\n"
-        "%s\n"
-        "DATA, GROUP, VALUE = %r, %r, %r\n"
-        "TABLE = %r\n"
-        "SURCHARGE = %r\n"
-        "MINIMUM = Decimal(%r)\n"
-        "%s\n"
-        "TABLE = {g: [(None if u is None else Decimal(u), Decimal(r), Decimal(f)) for u, r, f in bands]\n"
-        "         for g, bands in TABLE.items()}\n"
-        "charges = {}\n"
-        "with open(DATA, newline='') as f:\n"
-        "    for row in csv.DictReader(f):\n"
-        "        group = row[GROUP].strip()\n"
-        "        if group not in TABLE:\n"
-        "            continue  # no rate: not charged\n"
-        "        q = Decimal(row[VALUE].strip())\n"
-        "        charges.setdefault(group, []).append(price(TABLE[group], q, q, MINIMUM, Decimal(SURCHARGE[group])))\n"
-        "result = [{GROUP: g, 'records': len(cs), 'total_charge': total_of(cs)} for g, cs in sorted(charges.items())]\n"
-        "write_deliverable(result)\n"
-        "PY\n" % (out["writer"], data, gf, nf, table, {g: plain(t["surcharge"]) for g, t in sorted(rates.items())},
-                  money_text(minimum), price_source(cfg))
-    )
+    solution = python_oracle("rate_table_calculation", "categories", out["writer"], DATA=data, GROUP=gf, VALUE=nf,
+                             RATES=table, SURCHARGES={g: plain(t["surcharge"]) for g, t in sorted(rates.items())},
+                             MINIMUM_CHARGE=money_text(minimum), **reading_values(cfg))
     environment = {data: csv_text([idf, gf, nf], rows)}
     return assemble(params, instruction, environment, contract, out["checks"], {"records": expected}, solution, fmt)
 
@@ -850,69 +788,6 @@ def detail_file(d, entity, shape, rng):
     return csv_text(header, rows)
 
 
-ENTITY_ORACLE = '''
-INDEX, RATES, TERMS, DETAIL_DIR = %(index)r, %(rates)r, %(terms)r, %(detail)r
-ID, GROUP, VALUE, HUNDREDTHS_FIELD = %(idf)r, %(gf)r, %(nf)r, %(hf)r
-HUNDREDTHS = Decimal(%(hundredths)r)
-%(price)s
-versions, terms = {}, {}
-with open(RATES, newline='') as f:
-    for row in csv.DictReader(f):
-        up_to = row['up_to'].strip()
-        band = (int(row['band']), Decimal(up_to) if up_to else None, Decimal(row['rate']), Decimal(row['flat_fee']))
-        versions.setdefault(row[GROUP].strip(), {}).setdefault((row.get('effective_from') or '').strip(), []).append(band)
-with open(TERMS, newline='') as f:
-    for row in csv.DictReader(f):
-        terms[row[GROUP].strip()] = (Decimal(row['minimum_charge']), Decimal(row['surcharge_pct']))
-
-
-def bands_on(group, date):
-    table = versions[group]
-    start = max(e for e in table if e <= date)
-    return [band[1:] for band in sorted(table[start])]
-
-
-def detail(path):
-    if path.endswith('.json'):
-        with open(path) as f:
-            doc = json.load(f, parse_float=Decimal)
-        return doc[GROUP], doc['lines']
-    with open(path, newline='') as f:
-        rows = list(csv.DictReader(f))
-    return rows[0][GROUP], rows
-
-
-with open(INDEX, newline='') as f:
-    entries = [(row[ID].strip(), row['file'].strip()) for row in csv.DictReader(f)]
-result = []
-for ident, path in entries:
-    group, items = detail(path)
-    group = group.strip()
-    latest = {}
-    for item in items:
-        latest[str(item['line']).strip()] = item  # a repeated line number: its last row counts
-    usable = []
-    for item in latest.values():
-        if str(item.get('status') or '').strip() == 'void':
-            continue
-        value, hundredths = item.get(VALUE), item.get(HUNDREDTHS_FIELD)
-        if value not in (None, ''):
-            q = band_q = Decimal(str(value).strip())
-        elif hundredths not in (None, ''):
-            q = band_q = Decimal(str(hundredths).strip()) / HUNDREDTHS
-        else:
-            continue  # no quantity: skipped
-        usable.append((q, band_q, str(item.get('date') or '').strip()))
-    if group not in versions:
-        result.append({ID: ident, GROUP: group, 'lines': len(usable), 'total_charge': None})
-        continue
-    minimum, surcharge = terms[group]
-    charges = [price(bands_on(group, date), q, band_q, minimum, surcharge) for q, band_q, date in usable]
-    result.append({ID: ident, GROUP: group, 'lines': len(charges), 'total_charge': total_of(charges)})
-write_deliverable(result)
-'''
-
-
 def entity_level(rng, seed, params, level):
     d = params["domain"]
     gf, idf, nf, unit = d["group_field"], d["id_field"], d["numeric_field"], d["unit"]
@@ -1016,16 +891,9 @@ def entity_level(rng, seed, params, level):
         "the rules in CONTRACT.md exactly."
         % (INDEX, plural, detail_dir, d["numeric_label"], unit, RATE_TABLE, TERMS, entity, ", ".join(out["paths"]))
     )
-    oracle = ENTITY_ORACLE % {
-        "index": INDEX, "rates": RATE_TABLE, "terms": TERMS, "detail": detail_dir, "idf": idf, "gf": gf, "nf": nf,
-        "hf": nf + "_hundredths", "hundredths": HUNDREDTHS, "price": price_source(cfg),
-    }
-    solution = (
-        "python3 - <<'PY'\n"
-        "import csv, json, os\n"
-        "from decimal import Decimal, ROUND_HALF_EVEN, ROUND_HALF_UP\n"
-        "%s%sPY\n" % (out["writer"], oracle)
-    )
+    solution = python_oracle("rate_table_calculation", "entities", out["writer"], INDEX=INDEX, RATES=RATE_TABLE,
+                             TERMS=TERMS, DETAIL_DIR=detail_dir, ID=idf, GROUP=gf, VALUE=nf, HUNDREDTHS=HUNDREDTHS,
+                             **reading_values(cfg))
     return assemble(params, instruction, environment, contract, out["checks"], {"records": expected}, solution, fmt)
 
 

@@ -37,7 +37,16 @@ import tempfile
 # -I drops the script's directory from sys.path; it is our read-only /generator, so put it back.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from generator_common import assemble, cents_range, csv_text, decimal_text, family, numbered_levels, record_ids  # noqa: E402
+from generator_common import (  # noqa: E402
+    assemble,
+    cents_range,
+    csv_text,
+    decimal_text,
+    family,
+    numbered_levels,
+    python_oracle,
+    record_ids,
+)
 
 TOLERANCE = 0.001
 HUNDREDTHS = 100
@@ -223,23 +232,7 @@ def level1(rng, seed, params):
             "with that %s (its other fields are empty)." % (gf, nf, idf, idf),
             "Rows that changes.csv does not name stay as they are.",
         ]
-        solution = (
-            "python3 - <<'PY'\n"
-            "import csv, sqlite3\n"
-            "con = sqlite3.connect(%(db)r)\n"
-            "with open('changes.csv', newline='') as f:\n"
-            "    for row in csv.DictReader(f):\n"
-            "        if row['op'] == 'delete':\n"
-            "            con.execute('DELETE FROM %(t)s WHERE %(k)s = ?', (row[%(k)r],))\n"
-            "        elif row['op'] == 'insert':\n"
-            "            con.execute('INSERT INTO %(t)s (%(k)s, %(g)s, %(v)s) VALUES (?, ?, ?)',\n"
-            "                        (row[%(k)r], row[%(g)r], float(row[%(v)r])))\n"
-            "        else:\n"
-            "            con.execute('UPDATE %(t)s SET %(g)s = ?, %(v)s = ? WHERE %(k)s = ?',\n"
-            "                        (row[%(g)r], float(row[%(v)r]), row[%(k)r]))\n"
-            "con.commit()\n"
-            "PY\n" % {"db": db, "t": table, "k": idf, "g": gf, "v": nf}
-        )
+        solution = python_oracle("sqlite_change_set", "apply_rows", DB=db, TABLE=table, KEY=idf, GROUP=gf, VALUE=nf)
     else:
         new_file = "new_%s.csv" % table
         environment = {
@@ -687,155 +680,14 @@ def change_set_contract(level, policy, w, fmt):
 
 
 def change_set_solution(level, policy, w, fmt):
-    """The oracle: a Python heredoc that reads the change set the way the contract says and rewrites the tables."""
-    soft = level >= 5
-    head = [
-        "python3 - <<'PY'",
-        "import csv, json, os, sqlite3",
-        "from decimal import Decimal, ROUND_HALF_UP",
-        "DB, TABLE, KEY, GROUP, VALUE = %r, %r, %r, %r, %r" % (w["db"], w["t"], w["idf"], w["gf"], w["nf"]),
-    ]
-    if level >= 3:
-        head.append("CODES, SUMMARY, TOTAL = %r, %r, %r" % (w["codes"], w["summary"], w["total"]))
-    if level >= 4:
-        head.append("HUNDREDTHS = %d" % HUNDREDTHS)
-    head += [
-        "MISSING_UPDATE = %r" % policy,
-        "def given(value):",
-        "    return value is not None and str(value).strip() != ''",
-        "def norm(key):",
-        "    return key.strip().upper()",
-        "def stored(value, scale):",
-        "    return (Decimal(str(value).strip()) / scale).quantize(Decimal('0.01'), ROUND_HALF_UP)",
-        "con = sqlite3.connect(DB)",
-    ]
-    if level == 2:
-        load = ["with open('changes.%s'%s) as f:" % (fmt, ", newline=''" if fmt == "csv" else ""),
-                "    items = %s" % ("list(csv.DictReader(f))" if fmt == "csv" else "json.load(f)"),
-                "changes = [(1, int(i['seq']), {'op': i['op'], 'key': i[KEY], 'group': i[GROUP], 'value': i[VALUE],"
-                " 'scale': 1}) for i in items]"]
-    else:
-        load = [
-            "def read_batch(path):",
-            "    if path.endswith('.json'):",
-            "        with open(path) as f:",
-            "            items = json.load(f)",
-            "    else:",
-            "        with open(path, newline='') as f:",
-            "            items = list(csv.DictReader(f))",
-            "    out = []",
-            "    for item in items:",
-        ]
-        if level == 3:
-            load += ["        out.append({'seq': int(item['seq']), 'op': item['op'], 'key': item[KEY],"
-                     " 'group': item[GROUP + '_code'], 'value': item[VALUE], 'scale': 1})"]
-        else:
-            load += [
-                "        if path.endswith('.json'):",
-                "            item = dict(item, op=item['action'],"
-                " **{KEY: item['key'], GROUP + '_code': item.get('code')})",
-                "        scale = HUNDREDTHS if VALUE + '_hundredths' in item else 1",
-                "        value = item.get(VALUE + '_hundredths', item.get(VALUE))",
-                "        out.append({'seq': int(item['seq']), 'op': item['op'], 'key': item[KEY],"
-                " 'group': item.get(GROUP + '_code'), 'value': value, 'scale': scale})",
-            ]
-        load += [
-            "    return out",
-            "codes = dict(con.execute('SELECT code, %s FROM %s' % (GROUP, CODES)))",
-            "batches = []",
-            "with open('changes/index.csv', newline='') as f:",
-            "    for row in csv.DictReader(f):",
-        ]
-        if level >= 4:
-            load += ["        if row['status'].strip() != 'accepted':",
-                     "            continue"]
-        load += [
-            "        batches.append((int(row['batch']), row['file'].strip()))",
-            "changes = []",
-            "for batch, name in batches:",
-            "    changes += [(batch, c['seq'], c) for c in read_batch(os.path.join('changes', name))]",
-        ]
-    load.append("changes.sort(key=lambda x: (x[0], x[1]))")
-    if soft:
-        load.append("rows = {k: {GROUP: g, VALUE: None if v is None else Decimal(str(v)), 'status': s}"
-                    " for k, g, v, s in con.execute('SELECT %s, %s, %s, status FROM %s' % (KEY, GROUP, VALUE, TABLE))}")
-    else:
-        load.append("rows = {k: {GROUP: g, VALUE: None if v is None else Decimal(str(v))}"
-                    " for k, g, v in con.execute('SELECT %s, %s, %s FROM %s' % (KEY, GROUP, VALUE, TABLE))}")
-    group_value = "c['group'].strip()" if level == 2 else "codes[c['group'].strip()]"
-    fields = [
-        "    fields = {}",
-        "    if given(c['group']):",
-        "        fields[GROUP] = %s" % group_value,
-        "    if given(c['value']):",
-        "        fields[VALUE] = stored(c['value'], c['scale'])",
-    ]
-    if soft:
-        loop = [
-            "log = []",
-            "for batch, seq, c in changes:",
-            "    key = norm(c['key']) if given(c['key']) else None",
-        ] + fields + [
-            "    present = key in rows and rows[key]['status'] == 'active'",
-            "    outcome = 'applied'",
-            "    if key is None:",
-            "        outcome = 'skipped'",
-            "    elif c['op'] == 'delete':",
-            "        if present:",
-            "            rows[key]['status'] = 'retired'",
-            "        else:",
-            "            outcome = 'skipped'",
-            "    elif c['op'] == 'insert' or (not present and MISSING_UPDATE == 'insert'):",
-            "        rows[key] = {GROUP: fields.get(GROUP), VALUE: fields.get(VALUE), 'status': 'active'}",
-            "    elif present:",
-            "        rows[key].update(fields)",
-            "    else:",
-            "        outcome = 'skipped'",
-            "    log.append((batch, seq, key, c['op'], outcome))",
-        ]
-    else:
-        loop = ["for batch, seq, c in changes:"]
-        if level >= 4:
-            loop += ["    if not given(c['key']):",
-                     "        continue"]
-        loop += ["    key = norm(c['key'])"] + fields + [
-            "    if c['op'] == 'delete':",
-            "        rows.pop(key, None)",
-            "    elif c['op'] == 'insert' or (key not in rows and MISSING_UPDATE == 'insert'):",
-            "        rows[key] = {GROUP: fields.get(GROUP), VALUE: fields.get(VALUE)}",
-            "    elif key in rows:",
-            "        rows[key].update(fields)",
-        ]
-    write = ["con.execute('DELETE FROM %s' % TABLE)"]
-    if soft:
-        write += ["con.executemany('INSERT INTO %s (%s, %s, %s, status) VALUES (?, ?, ?, ?)'"
-                  " % (TABLE, KEY, GROUP, VALUE),",
-                  "                [(k, r[GROUP], None if r[VALUE] is None else float(r[VALUE]), r['status'])"
-                  " for k, r in sorted(rows.items())])"]
-    else:
-        write += ["con.executemany('INSERT INTO %s (%s, %s, %s) VALUES (?, ?, ?)' % (TABLE, KEY, GROUP, VALUE),",
-                  "                [(k, r[GROUP], None if r[VALUE] is None else float(r[VALUE]))"
-                  " for k, r in sorted(rows.items())])"]
-    if level >= 3:
-        write += ["summary = {}",
-                  "for r in rows.values():"]
-        if soft:
-            write += ["    if r['status'] != 'active':",
-                      "        continue"]
-        write += [
-            "    s = summary.setdefault(r[GROUP], [0, Decimal(0)])",
-            "    s[0] += 1",
-            "    if r[VALUE] is not None:",
-            "        s[1] += r[VALUE]",
-            "con.execute('DELETE FROM %s' % SUMMARY)",
-            "con.executemany('INSERT INTO %s (%s, records, %s) VALUES (?, ?, ?)' % (SUMMARY, GROUP, TOTAL),",
-            "                [(g, n, float(t)) for g, (n, t) in summary.items()])",
-        ]
-    if soft:
-        write += ["con.executemany('INSERT INTO %s (batch, seq, %%s, op, outcome) VALUES (?, ?, ?, ?, ?)' %% KEY, log)"
-                  % AUDIT]
-    write += ["con.commit()", "PY"]
-    return "\n".join(head + load + loop + write) + "\n"
+    """The oracle (oracles/sqlite_change_set/change_set.py): it reads the change set the way the contract says and
+    rewrites the tables."""
+    return python_oracle(
+        "sqlite_change_set", "change_set", DB=w["db"], TABLE=w["t"], KEY=w["idf"], GROUP=w["gf"], VALUE=w["nf"],
+        CHANGE_FILE="changes." + fmt if level == 2 else None, CODES=w["codes"] if level >= 3 else None,
+        SUMMARY=w["summary"] if level >= 3 else None, TOTAL=w["total"] if level >= 3 else None,
+        HUNDREDTHS=HUNDREDTHS if level >= 4 else None, MISSING_UPDATE=policy, DIRTY=level >= 4,
+        SOFT_DELETE=level >= 5, AUDIT=AUDIT if level >= 5 else None)
 
 
 LEVELS = (level0, level1) + numbered_levels(change_set_task, (2, 3, 4, 5))
