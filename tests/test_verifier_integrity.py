@@ -61,17 +61,6 @@ def workspace_of(bundle, tmp_path: Path, solved: bool, sandbox=bubblewrap) -> Pa
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-L{c[1]}")
-def test_no_op_fails_oracle_passes_and_verdicts_repeat(sandbox, bundles, tmp_path, case):
-    bundle = bundles[case]
-    untouched = workspace_of(bundle, tmp_path / "noop", solved=False, sandbox=sandbox)
-    solved = workspace_of(bundle, tmp_path / "oracle", solved=True, sandbox=sandbox)
-    for workspace, reward in ((untouched, 0.0), (solved, 1.0)):
-        verdicts = [run_verifier(sandbox, bundle, workspace) for _ in range(3)]
-        assert {(v.status, v.reward) for v in verdicts} == {("scored", reward)}
-        assert verdicts[0].checks == verdicts[1].checks == verdicts[2].checks
-
-
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-L{c[1]}")
 def test_planted_files_never_change_a_reward(sandbox, bundles, tmp_path, case):
     bundle = bundles[case]
     workspace = workspace_of(bundle, tmp_path, solved=False)
@@ -102,13 +91,18 @@ def test_a_deliverable_linked_to_the_answer_key_is_not_followed(sandbox, bundles
 @pytest.mark.slow
 def test_both_backends_give_identical_verdicts(bundles, tmp_path):
     # The same tasks, solved and not, on bubblewrap and on Docker: the same
-    # rewards and the same checks, down to each check's message.
+    # rewards and the same checks, down to each check's message, and Docker's
+    # twice alike. (On bubblewrap, agent-free validation checks that the
+    # oracle passes, the untouched workspace fails and three verdicts agree,
+    # for every family and level: test_family_contract, test_generators.)
     docker = docker_sandbox()
     for (capability, level), bundle in bundles.items():
         for solved in (False, True):
             verdicts = []
-            for name, backend in (("bubblewrap", bubblewrap), ("docker", docker)):
+            for name, backend, runs in (("bubblewrap", bubblewrap, 1), ("docker", docker, 2)):
                 workspace = workspace_of(bundle, tmp_path / f"{capability}-{level}-{solved}-{name}", solved, backend)
-                verdict = run_verifier(backend, bundle, workspace)
-                verdicts.append((verdict.status, verdict.reward, verdict.checks))
-            assert verdicts[0] == verdicts[1], (capability, level, solved)
+                for _ in range(runs):
+                    verdict = run_verifier(backend, bundle, workspace)
+                    verdicts.append((verdict.status, verdict.reward, verdict.checks))
+            assert verdicts[0][:2] == ("scored", 1.0 if solved else 0.0), (capability, level, solved, verdicts[0])
+            assert verdicts[0] == verdicts[1] == verdicts[2], (capability, level, solved)
