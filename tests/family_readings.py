@@ -228,7 +228,7 @@ def _cross_source_audit() -> Family:
     # lower-case and padded ids, ids only a secondary source names, a record
     # without a log row.
     RULES = {
-        "ids compared as written": ("    return raw.strip().upper()", "    return raw"),
+        "ids compared as written": ("    key = raw.strip().upper()", "    key = raw"),
         "a difference at the tolerance is a mismatch": ("abs(logged[key] - value) > tol",
                                                         "abs(logged[key] - value) >= tol"),
         "a value on the threshold needs no approval": ("if value >= threshold and", "if value > threshold and"),
@@ -251,8 +251,8 @@ def _cross_source_audit() -> Family:
     # columns and units, empty readings, group names in another letter case.
     DIRTY_RULES = {
         "draft dossiers counted": ("files = [row['file'] for row in csv.DictReader(f)]",
-                                   "files = sorted(glob.glob('*/*.txt'))"),
-        "ids without their hyphen not matched": ("    if '-' not in key:\n", "    if False:\n"),
+                                   "files = sorted(__import__('glob').glob('*/*.txt'))"),
+        "ids without their hyphen not matched": ("    if DIRTY and '-' not in key:\n", "    if False:\n"),
         "ids compared as written": ("    key = raw.strip().upper()", "    key = raw"),
         "the second log file ignored": ("        reading(row['id'], row['reading'], row['unit'], row.get('date', ''))",
                                         "        pass"),
@@ -270,10 +270,10 @@ def _cross_source_audit() -> Family:
                                                   "    if not raw_value.strip():\n        raw_value = '0'\n"),
         "an unlisted group has no limits": ("limits.get(group, limits['*'])",
                                             "limits.get(group, (Decimal(0), Decimal('Infinity')))"),
-        "log-only ids reported": ("for key in sorted(approved):", "for key in sorted(set(logged) | set(approved)):"),
+        "log-only ids reported": ("if not APPROVALS_ONLY:", "if True:"),
         "priority order reversed": ("key=PRIORITY.index", "key=lambda issue: -PRIORITY.index(issue)"),
         "priority order alphabetical": ("min(found[key], key=PRIORITY.index)", "min(found[key])"),
-        "findings counts the reported issue only": ("'findings': len(found[key])", "'findings': 1"),
+        "findings counts the reported issue only": ("first['findings'] = len(found[key])", "first['findings'] = 1"),
         "draft dossiers counted": DIRTY_RULES["draft dossiers counted"],
         "ids without their hyphen not matched": DIRTY_RULES["ids without their hyphen not matched"],
         "hundredths read as the unit": DIRTY_RULES["hundredths read as the unit"],
