@@ -572,8 +572,9 @@ def _multi_document_merge() -> Family:
         "ids outside the register kept": ("if key not in listed:", "if False:"),
     })
     LEVEL3_READINGS = {
-        "unlisted files merged": ("paths = sorted({r['file'].strip() for r in index})",
-                                  "paths = sorted('documents/' + name for name in os.listdir('documents'))"),
+        "unlisted files merged": (
+            "paths = sorted({r['file'].strip() for r in index})",
+            "paths = sorted('documents/' + name for name in __import__('os').listdir('documents'))"),
     }
     LEVEL4_READINGS = {
         "drafts merged as the newest": ("continue  # a draft is not merged", "head['revision'] = '1000000'"),
@@ -585,7 +586,8 @@ def _multi_document_merge() -> Family:
                                              "if row.get(STATUS) == 'retired' or VALUE not in row:"),
     }
     LEVEL5_READINGS = dict(COMMON_READINGS, **LEVEL3_READINGS, **LEVEL4_READINGS, **{
-        "a same-source tie goes to the earlier date": (", d['date']))", ", [-ord(c) for c in d['date']]))"),
+        "a same-source tie goes to the earlier date": (", d['date'] if DATED",
+                                                       ", [-ord(c) for c in d['date']] if DATED"),
         "a decimal comma read as a thousands separator": ("value.replace(',', '.')", "value.replace(',', '')"),
         "group values kept in their letter case": ("value = value.lower()", "value = value"),
         "last_revision the lowest, not the highest": ("row['last_revision'] = doc['revision']",
