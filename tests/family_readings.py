@@ -229,7 +229,7 @@ def _cross_source_audit() -> Family:
     # lower-case and padded ids, ids only a secondary source names, a record
     # without a log row.
     RULES = {
-        "ids compared as written": ("    return raw.strip().upper()", "    return raw"),
+        "ids compared as written": ("    key = raw.strip().upper()", "    key = raw"),
         "a difference at the tolerance is a mismatch": ("abs(logged[key] - value) > tol",
                                                         "abs(logged[key] - value) >= tol"),
         "a value on the threshold needs no approval": ("if value >= threshold and", "if value > threshold and"),
@@ -252,8 +252,8 @@ def _cross_source_audit() -> Family:
     # columns and units, empty readings, group names in another letter case.
     DIRTY_RULES = {
         "draft dossiers counted": ("files = [row['file'] for row in csv.DictReader(f)]",
-                                   "files = sorted(glob.glob('*/*.txt'))"),
-        "ids without their hyphen not matched": ("    if '-' not in key:\n", "    if False:\n"),
+                                   "files = sorted(__import__('glob').glob('*/*.txt'))"),
+        "ids without their hyphen not matched": ("    if DIRTY and '-' not in key:\n", "    if False:\n"),
         "ids compared as written": ("    key = raw.strip().upper()", "    key = raw"),
         "the second log file ignored": ("        reading(row['id'], row['reading'], row['unit'], row.get('date', ''))",
                                         "        pass"),
@@ -271,10 +271,10 @@ def _cross_source_audit() -> Family:
                                                   "    if not raw_value.strip():\n        raw_value = '0'\n"),
         "an unlisted group has no limits": ("limits.get(group, limits['*'])",
                                             "limits.get(group, (Decimal(0), Decimal('Infinity')))"),
-        "log-only ids reported": ("for key in sorted(approved):", "for key in sorted(set(logged) | set(approved)):"),
+        "log-only ids reported": ("if not APPROVALS_ONLY:", "if True:"),
         "priority order reversed": ("key=PRIORITY.index", "key=lambda issue: -PRIORITY.index(issue)"),
         "priority order alphabetical": ("min(found[key], key=PRIORITY.index)", "min(found[key])"),
-        "findings counts the reported issue only": ("'findings': len(found[key])", "'findings': 1"),
+        "findings counts the reported issue only": ("first['findings'] = len(found[key])", "first['findings'] = 1"),
         "draft dossiers counted": DIRTY_RULES["draft dossiers counted"],
         "ids without their hyphen not matched": DIRTY_RULES["ids without their hyphen not matched"],
         "hundredths read as the unit": DIRTY_RULES["hundredths read as the unit"],
@@ -573,8 +573,9 @@ def _multi_document_merge() -> Family:
         "ids outside the register kept": ("if key not in listed:", "if False:"),
     })
     LEVEL3_READINGS = {
-        "unlisted files merged": ("paths = sorted({r['file'].strip() for r in index})",
-                                  "paths = sorted('documents/' + name for name in os.listdir('documents'))"),
+        "unlisted files merged": (
+            "paths = sorted({r['file'].strip() for r in index})",
+            "paths = sorted('documents/' + name for name in __import__('os').listdir('documents'))"),
     }
     LEVEL4_READINGS = {
         "drafts merged as the newest": ("continue  # a draft is not merged", "head['revision'] = '1000000'"),
@@ -586,7 +587,8 @@ def _multi_document_merge() -> Family:
                                              "if row.get(STATUS) == 'retired' or VALUE not in row:"),
     }
     LEVEL5_READINGS = dict(COMMON_READINGS, **LEVEL3_READINGS, **LEVEL4_READINGS, **{
-        "a same-source tie goes to the earlier date": (", d['date']))", ", [-ord(c) for c in d['date']]))"),
+        "a same-source tie goes to the earlier date": (", d['date'] if DATED",
+                                                       ", [-ord(c) for c in d['date']] if DATED"),
         "a decimal comma read as a thousands separator": ("value.replace(',', '.')", "value.replace(',', '')"),
         "group values kept in their letter case": ("value = value.lower()", "value = value"),
         "last_revision the lowest, not the highest": ("row['last_revision'] = doc['revision']",
@@ -773,12 +775,11 @@ def _schedule_checking() -> Family:
         "a slot ending at the start still runs": ("if t['end'] > s['start']", "if t['end'] >= s['start']"),
         "capacity one everywhere": ("if running >= s['capacity']:", "if running >= 1:"),
         "a duplicate does not count toward capacity": (
-            "    lines.setdefault(s['resource'], []).append(s)\n",
-            "    if not any((t['entity'], t['start'], t['end']) == (s['entity'], s['start'], s['end'])\n"
-            "               for t in lines.get(s['resource'], [])):\n"
-            "        lines.setdefault(s['resource'], []).append(s)\n"),
-        "overlapping pairs reported too": ("pass  # overlaps are judged by capacity below",
-                                           "report('overlap', first, second, shared)"),
+            "        lines.setdefault(s['resource'], []).append(s)\n",
+            "        if not any((t['entity'], t['start'], t['end']) == (s['entity'], s['start'], s['end'])\n"
+            "                   for t in lines.get(s['resource'], [])):\n"
+            "            lines.setdefault(s['resource'], []).append(s)\n"),
+        "overlapping pairs reported too": ("if not CAPACITY:", "if True:"),
     }
     # (level, domain index, seed): a different format and domain for each level.
     READING_BUNDLES = {2: (12, 2), 4: (31, 1), 5: (44, 3)}

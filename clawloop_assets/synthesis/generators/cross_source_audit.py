@@ -44,6 +44,7 @@ from generator_common import (  # noqa: E402
     decimal_text,
     deliverable_format,
     family,
+    python_oracle,
     record_ids,
     records_deliverable,
 )
@@ -648,141 +649,23 @@ def audit_rules(d, f, limits):
 
 # ---- the oracle
 
-HEAD = """python3 - <<'PY'
-import csv, glob
-from decimal import Decimal
-KEY, GROUP, VALUE, PREFIX = %(idf)r, %(gf)r, %(nf)r, %(prefix)r
-REG_COL, LOG_COL = %(reg_col)r, %(log_col)r
-"""
-NORM_PLAIN = """
-def norm(raw):
-    return raw.strip().upper()
-"""
-NORM_DIRTY = """
-def norm(raw):
-    key = raw.strip().upper()
-    if '-' not in key:
-        key = key[:len(PREFIX)] + '-' + key[len(PREFIX):]
-    return key
-"""
-REGISTER_CSV = """
-register = {}
-with open(%(reg_file)r, newline='') as f:
-    for row in csv.DictReader(f):
-        register[row[KEY]] = (row[GROUP], Decimal(row[VALUE]))
-"""
-REGISTER_DOSSIERS = """
-with open(%(index)r, newline='') as f:
-    files = [row['file'] for row in csv.DictReader(f)]
-register = {}
-for path in files:
-    fields = {}
-    with open(path) as f:
-        for line in f:
-            name, _, value = line.partition(':')
-            fields[name.strip()] = value.strip()
-    register[fields[KEY]] = (fields[GROUP], Decimal(fields[VALUE]))
-"""
-LIMITS_FIXED = """
-def limits_for(group):
-    return Decimal(%(tol)r), Decimal(%(thr)r)
-"""
-LIMITS_TABLE = """
-limits = {}
-with open(%(limits)r, newline='') as f:
-    for row in csv.DictReader(f):
-        limits[row[GROUP]] = (Decimal(row['tolerance']), Decimal(row['approval_threshold']))
-def limits_for(group):
-    return %(lookup)s
-"""
-LOG_PLAIN = """
-logged = {}
-with open(%(log_file)r, newline='') as f:
-    for row in csv.DictReader(f):
-        logged[norm(row[KEY])] = Decimal(row[VALUE])
-"""
-LOG_DIRTY = """
-readings = {}
-def reading(raw_key, raw_value, unit, date):
-    if not raw_value.strip():
-        return
-    value = Decimal(raw_value.strip())
-    if unit.strip() == 'hundredths':
-        value = value / 100
-    readings.setdefault(norm(raw_key), []).append((date, value))
-with open(%(log_a)r, newline='') as f:
-    for row in csv.DictReader(f):
-        reading(row[KEY], row[VALUE], '', row.get('date', ''))
-with open(%(log_b)r, newline='') as f:
-    for row in csv.DictReader(f):
-        reading(row['id'], row['reading'], row['unit'], row.get('date', ''))
-logged = {key: max(rows)[1] for key, rows in readings.items()}
-"""
-APPROVALS = """
-approved = {}
-with open(%(appr_file)r, newline='') as f:
-    for row in csv.DictReader(f):
-        approved.setdefault(norm(row[KEY]), []).append(row[GROUP].strip()%(fold)s)
-"""
-FINDINGS = """
-found = {}
-for key in sorted(register):
-    group, value = register[key]
-    tol, threshold = limits_for(group)
-    issues = []
-    if key not in logged:
-        issues.append('missing_log')
-    elif abs(logged[key] - value) > tol:
-        issues.append('value_mismatch')
-    groups = approved.get(key, [])
-    if value >= threshold and group not in groups:
-        issues.append('missing_approval')
-    if any(g != group for g in groups):
-        issues.append('group_conflict')
-    if issues:
-        found[key] = issues
-for key in sorted(%(named)s):
-    if key not in register:
-        found[key] = ['unregistered']
-"""
-EVERY_FINDING = """
-result = []
-for key in sorted(found):
-    reg = register.get(key)
-    for issue in found[key]:
-        result.append({KEY: key, 'issue': issue, REG_COL: reg[1] if reg else None, LOG_COL: logged.get(key),
-                       'difference': logged[key] - reg[1] if issue == 'value_mismatch' else None})
-"""
-FIRST_FINDING = """
-PRIORITY = %(priority)r
-result = []
-for key in sorted(found):
-    reg = register.get(key)
-    issue = min(found[key], key=PRIORITY.index)
-    result.append({KEY: key, 'issue': issue, 'findings': len(found[key]), REG_COL: reg[1] if reg else None,
-                   LOG_COL: logged.get(key), 'difference': logged[key] - reg[1] if issue == 'value_mismatch' else None})
-"""
-
-
 def audit_solution(d, f, limits, writer):
+    """The oracle of levels 2-5 (oracles/cross_source_audit/audit.py): the register file and one tolerance and
+    threshold at level 2, the dossiers and the limits table from level 3, the crews' log files when dirty."""
     n = names(d)
     nf = d["numeric_field"]
     tol, thr = limits[d["group_values"][0]]
-    values = {
-        "idf": d["id_field"], "gf": d["group_field"], "nf": nf, "prefix": d["id_prefix"],
-        "reg_col": "registered_" + nf, "log_col": "logged_" + nf, "reg_file": n["reg"] + ".csv",
-        "index": n["reg"] + "_index.csv", "tol": decimal_text(tol), "thr": decimal_text(thr), "limits": n["limits"],
-        "lookup": "limits.get(group, limits['*'])" if f["default"] else "limits[group]",
-        "log_file": n["log"] + ".csv", "log_a": "%s/%s.csv" % (n["log"], n["crew_a"]),
-        "log_b": "%s/%s.csv" % (n["log"], n["crew_b"]), "appr_file": n["appr"] + ".csv",
-        "fold": ".lower()" if f["dirty"] else "",
-        "named": "approved" if f["approvals_only"] else "set(logged) | set(approved)",
-        "priority": PRIORITY,
-    }
-    parts = [HEAD, NORM_DIRTY if f["dirty"] else NORM_PLAIN, REGISTER_DOSSIERS if f["dossiers"] else REGISTER_CSV,
-             LIMITS_TABLE if f["dossiers"] else LIMITS_FIXED, LOG_DIRTY if f["dirty"] else LOG_PLAIN, APPROVALS,
-             FINDINGS, FIRST_FINDING if f["priority"] else EVERY_FINDING]
-    return "".join(part % values for part in parts) + writer + "write_deliverable(result)\nPY\n"
+    fixed, dirty = not f["dossiers"], f["dirty"]
+    crew_logs = ["%s/%s.csv" % (n["log"], n["crew_a"]), "%s/%s.csv" % (n["log"], n["crew_b"])]
+    return python_oracle(
+        "cross_source_audit", "audit", writer, KEY=d["id_field"], GROUP=d["group_field"], VALUE=nf,
+        PREFIX=d["id_prefix"] if dirty else None, REG_COL="registered_" + nf, LOG_COL="logged_" + nf,
+        REGISTER=n["reg"] + ".csv" if fixed else None, INDEX=None if fixed else n["reg"] + "_index.csv",
+        TOLERANCE=decimal_text(tol) if fixed else None, THRESHOLD=decimal_text(thr) if fixed else None,
+        LIMITS=None if fixed else n["limits"], DEFAULT=None if fixed else f["default"],
+        LOG=None if dirty else n["log"] + ".csv", CREW_LOGS=crew_logs if dirty else None,
+        APPROVALS=n["appr"] + ".csv", DIRTY=dirty, APPROVALS_ONLY=f["approvals_only"],
+        PRIORITY=PRIORITY if f["priority"] else None)
 
 
 def audit_level(level):

@@ -45,6 +45,7 @@ from generator_common import (  # noqa: E402
     deliverable_format,
     family,
     numbered_levels,
+    python_oracle,
     record_ids,
     records_deliverable,
 )
@@ -169,21 +170,8 @@ def level1(rng, seed, params):
             "merged.csv following CONTRACT.md." % (a_file, b_file, d["entity_plural"], b_file))
         rules = ["One row per %s found in either file." % idf,
                  "An %s found in both files takes its entire row from %s, the newer export." % (idf, b_file)]
-        solution = (
-            "python3 - <<'PY'\n"
-            "import csv\n"
-            "FILES, ID, COLUMNS = %r, %r, %r\n"
-            "rows = {}\n"
-            "for path in FILES:  # the newer file last: its rows replace the older ones\n"
-            "    with open(path, newline='') as handle:\n"
-            "        for row in csv.DictReader(handle):\n"
-            "            rows[row[ID].strip()] = row\n"
-            "with open('merged.csv', 'w', newline='') as handle:\n"
-            "    writer = csv.writer(handle, lineterminator='\\n')\n"
-            "    writer.writerow(COLUMNS)\n"
-            "    for key in sorted(rows):\n"
-            "        writer.writerow([rows[key][c].strip() for c in COLUMNS])\n"
-            "PY\n" % ([a_file, b_file], idf, columns))
+        solution = python_oracle("multi_document_merge", "newer_export", FILES=[a_file, b_file], ID=idf,
+                                 COLUMNS=columns)
     else:
         a_file, b_file = older + ".csv", newer + ".txt"
         listed, without, extra = ids[:-3], ids[-3:-1], ids[-1:]
@@ -201,23 +189,8 @@ def level1(rng, seed, params):
         rules = ["One row per %s listed in %s; a block of %s whose %s is not in %s is left out."
                  % (idf, a_file, b_file, idf, a_file),
                  "An %s of %s with no block in %s keeps an empty %s." % (idf, a_file, b_file, nf)]
-        solution = (
-            "python3 - <<'PY'\n"
-            "import csv\n"
-            "A, B, ID, GROUP, VALUE = %r, %r, %r, %r, %r\n"
-            "values = {}\n"
-            "for block in open(B).read().split('\\n\\n'):\n"
-            "    fields = dict(line.split(':', 1) for line in block.splitlines() if ':' in line)\n"
-            "    fields = {k.strip(): v.strip() for k, v in fields.items()}\n"
-            "    if ID in fields:\n"
-            "        values[fields[ID]] = fields.get(VALUE, '')\n"
-            "with open(A, newline='') as handle, open('merged.csv', 'w', newline='') as out:\n"
-            "    writer = csv.writer(out, lineterminator='\\n')\n"
-            "    writer.writerow([ID, GROUP, VALUE])\n"
-            "    for row in csv.DictReader(handle):\n"
-            "        key = row[ID].strip()\n"
-            "        writer.writerow([key, row[GROUP].strip(), values.get(key, '')])\n"
-            "PY\n" % (a_file, b_file, idf, gf, nf))
+        solution = python_oracle("multi_document_merge", "value_blocks", A=a_file, B=b_file, ID=idf, GROUP=gf,
+                                 VALUE=nf)
     text, number = {"kind": "text"}, {"kind": "number", "tolerance": TOLERANCE}
     check = {"type": "csv_records", "name": "merged records", "path": "merged.csv", "key": [idf],
              "columns": {idf: text, gf: text, nf: number}, "expected": expected}
@@ -483,105 +456,18 @@ def common_rules(ctx, layout):
     ]
 
 
-READER = '''
-def read_doc(path):
-    """A document's header (source, revision, date) and its records as {field: text}: a field the document
-    does not mention is missing, an empty one is ''."""
-    with open(path, encoding='utf-8') as handle:
-        text = handle.read()
-    if path.endswith('.json'):
-        data = json.loads(text, parse_float=str, parse_int=str)
-        records = data['records'] if 'records' in data else [data['record']]
-        head = {name: str(data[name]) for name in ('source', 'revision', 'date')}
-        return head, [{k: '' if v is None else str(v) for k, v in r.items()} for r in records]
-    if path.endswith('.csv'):
-        head, body = {}, []
-        for line in text.splitlines():
-            if line.startswith('#'):
-                name, _, value = line[1:].partition(':')
-                head[name.strip()] = value.strip()
-            else:
-                body.append(line)
-        return head, [dict(row) for row in csv.DictReader(body)]
-    blocks = []
-    for block in text.split('\\n\\n'):
-        fields = {}
-        for line in block.splitlines():
-            if line.strip():
-                name, _, value = line.partition(':')
-                fields[name.strip()] = value.strip()
-        if fields:
-            blocks.append(fields)
-    return blocks[0], blocks[1:]
-'''
-
-
-def oracle(ctx, columns, writer, loader):
+def oracle(ctx, writer, documents):
+    """The oracle of levels 2-5 (oracles/multi_document_merge/merge.py). `documents`: level 2's files, their source
+    order for revision ties and the register; None from level 3, which reads index.csv and sources.csv."""
     level = ctx["level"]
-    if level >= 4:
-        canon = ("def canon(raw):\n"
-                 "    prefix, _, number = raw.strip().upper().partition('-')\n"
-                 "    return '%s-%04d' % (prefix, int(number))\n")
-    else:
-        canon = "def canon(raw):\n    return raw.strip().upper()\n"
+    files, order, register = documents or (None, None, None)
     aliases = {s: {ctx["aliases"][f]: f for f in ctx["aliases"]} for s in ctx["names"] if ctx["sources"][s]["alias"]}
-    order_key = "key=lambda d: (d['revision'], -RANK[d['source']]%s))" % (", d['date']" if level >= 5 else "")
-    rename = ("        record = {ALIASES.get(doc['source'], {}).get(k.strip(), k.strip()): v\n"
-              "                  for k, v in record.items()}\n" if level >= 4 else "")
-    number = "Decimal(value)"
-    if level >= 5:
-        number = "Decimal(value.replace(',', '.'))"
-    if level >= 4:
-        number += " * SCALE[doc['source']]"
-    last = ("        row['last_revision'] = doc['revision']  # documents come in rising precedence\n"
-            if level >= 5 else "")
-    lower = ("            if field == GROUP:\n"
-             "                value = value.lower()\n") if level >= 5 else ""
-    out_last = ", 'last_revision': row['last_revision']" if level >= 5 else ""
-    return (
-        "python3 - <<'PY'\n"
-        "import csv, json, os\n"
-        "from decimal import Decimal, ROUND_HALF_UP\n"
-        "ID, GROUP, VALUE, STATUS = %r, %r, %r, 'status'\n"
-        "FIELDS = [GROUP, VALUE, STATUS]\n"
-        "ALIASES = %r\n"
-        "%s\n%s\n%s"
-        "docs.sort(%s\n"
-        "merged = {}\n"
-        "for doc in docs:\n"
-        "    for record in doc['records']:\n"
-        "%s"
-        "        key = canon(record[ID])\n"
-        "        row = merged.setdefault(key, {})\n"
-        "%s"
-        "        for field in FIELDS:\n"
-        "            if field not in record:\n"
-        "                continue  # not mentioned: an older document's value stands\n"
-        "            value = record[field].strip()\n"
-        "            if not value:\n"
-        "                continue  # an empty value gives no value\n"
-        "            if field == VALUE:\n"
-        "                value = %s\n"
-        "%s"
-        "            row[field] = value\n"
-        "result = []\n"
-        "for key in sorted(merged):\n"
-        "    row = merged[key]\n"
-        "    if key not in listed:\n"
-        "        continue\n"
-        "    if row.get(STATUS) == 'retired':\n"
-        "        continue\n"
-        "    value = row.get(VALUE)\n"
-        "    if value is not None:\n"
-        "        value = value.quantize(Decimal('0.01'), rounding=ROUND_HALF_UP)\n"
-        "    result.append({ID: key, GROUP: row.get(GROUP), VALUE: value, STATUS: row.get(STATUS)%s})\n"
-        "%s\n"
-        "write_deliverable(result)\n"
-        "PY\n" % (ctx["idf"], ctx["gf"], ctx["nf"], aliases, READER, canon, loader, order_key, rename, last,
-                  number, lower, out_last, writer))
+    return python_oracle("multi_document_merge", "merge", writer, ID=ctx["idf"], GROUP=ctx["gf"], VALUE=ctx["nf"],
+                         DOCS=files, ORDER=order, REGISTER=register, ALIASES=aliases or None, DIRTY=level >= 4,
+                         DATED=level >= 5, COMMAS=level >= 5, LOWER_GROUPS=level >= 5, LAST_REVISION=level >= 5)
 
 
-def merge_task(rng, seed, params, ctx, records, environment, instruction, rules, loader):
+def merge_task(rng, seed, params, ctx, records, environment, instruction, rules, documents=None):
     d, idf, gf, nf = ctx["d"], ctx["idf"], ctx["gf"], ctx["nf"]
     fmt = deliverable_format(seed)
     columns = [idf, gf, nf, STATUS] + (["last_revision"] if ctx["level"] >= 5 else [])
@@ -598,7 +484,7 @@ def merge_task(rng, seed, params, ctx, records, environment, instruction, rules,
     where = "the directory `%s/`" % ("merged_" + d["record_file"]) if fmt == "files" else ", ".join(
         "`%s`" % p for p in out["paths"])
     instruction = instruction + " Write the merged table to %s as CONTRACT.md describes." % where
-    solution = oracle(ctx, columns, out["writer"], loader)
+    solution = oracle(ctx, out["writer"], documents)
     key = {"records": expected}
     return assemble(params, instruction, environment, contract, out["checks"], key, solution, fmt)
 
@@ -685,21 +571,11 @@ def level2(rng, seed, params):
         "`%s` is the register: only ids it lists get a row; an id found only in other documents is left out."
         % files[0],
     ] + common_rules(ctx, "whole")
-    loader = (
-        "DOCS, ORDER, REGISTER = %r, %r, %r  # ORDER: the contract's source order for revision ties\n"
-        "RANK = {source: number for number, source in enumerate(ORDER, 1)}\n"
-        "docs = []\n"
-        "for path in DOCS:\n"
-        "    head, records = read_doc(path)\n"
-        "    docs.append({'source': head['source'], 'revision': int(head['revision']), 'date': head['date'],\n"
-        "                 'records': records})\n"
-        "listed = {canon(r[ID]) for doc in docs if doc['source'] == REGISTER for r in doc['records']}\n"
-        % (files, ranked, register))
     instruction = (
         "%s, %s and %s each describe part of the same %s, at some revision: some records are missing from a "
         "document, some fields are missing or outdated. Merge them into one consolidated table with one row per %s, "
         "following the rules in CONTRACT.md exactly." % (files[0], files[1], files[2], d["entity_plural"], d["entity"]))
-    return merge_task(rng, seed, params, ctx, records, environment, instruction, rules, loader)
+    return merge_task(rng, seed, params, ctx, records, environment, instruction, rules, (files, ranked, register))
 
 
 # ---- levels 3 to 5: an index, one document per record version, a source table
@@ -841,31 +717,13 @@ def multi_hop(rng, seed, params, level):
             "`last_revision` is the highest revision among the documents merged into the record (drafts and "
             "unlisted files do not count).",
         ]
-    scale_line = "SCALE = {r['source'].strip(): Decimal(r['scale']) for r in table}\n" if level >= 4 else ""
-    draft = ("    if head['revision'] == 'draft':\n"
-             "        continue  # a draft is not merged\n") if level >= 4 else ""
-    loader = (
-        "with open('sources.csv', newline='') as handle:\n"
-        "    table = list(csv.DictReader(handle))\n"
-        "RANK = {r['source'].strip(): int(r['rank']) for r in table}\n"
-        "%s"
-        "with open('index.csv', newline='') as handle:\n"
-        "    index = list(csv.DictReader(handle))\n"
-        "listed = {canon(r[ID]) for r in index}\n"
-        "paths = sorted({r['file'].strip() for r in index})\n"
-        "docs = []\n"
-        "for path in paths:\n"
-        "    head, records = read_doc(path)\n"
-        "%s"
-        "    docs.append({'source': head['source'], 'revision': int(head['revision']), 'date': head['date'],\n"
-        "                 'records': records})\n" % (scale_line, draft))
     instruction = (
         "The %s are described by many small documents under documents/, each one version of one %s from one "
         "source, none complete on its own. index.csv lists which documents belong to which %s (%s and file name) "
         "and sources.csv describes the sources. Merge the documents of each %s into one consolidated record, "
         "following the rules in CONTRACT.md exactly." % (d["entity_plural"], d["entity"], d["entity"], idf,
                                                           d["entity"]))
-    return merge_task(rng, seed, params, ctx, records, environment, instruction, rules, loader)
+    return merge_task(rng, seed, params, ctx, records, environment, instruction, rules)
 
 
 def fresh_value(rng, ctx, versions):

@@ -44,6 +44,7 @@ from generator_common import (  # noqa: E402
     deliverable_format,
     family,
     numbered_levels,
+    python_oracle,
     record_ids,
     records_deliverable,
 )
@@ -191,17 +192,7 @@ def level1(rng, seed, params):
             "slot that overlaps at least one other slot on the same %s to %s, one per line."
             % (data, d["entity_plural"], ", ".join(header), gf, out)
         )
-        solution = (
-            "python3 - <<'PY'\n"
-            "import csv\n"
-            "with open(%r, newline='') as f:\n"
-            "    rows = list(csv.DictReader(f))\n"
-            "hits = sorted({a['slot_id'] for a in rows for b in rows if a is not b and a[%r] == b[%r]\n"
-            "               and a['start'] < b['end'] and b['start'] < a['end']})\n"
-            "with open(%r, 'w') as f:\n"
-            "    f.write(''.join(i + '\\n' for i in hits))\n"
-            "PY\n" % (data, gf, gf, out)
-        )
+        solution = python_oracle("schedule_checking", "overlaps", DATA=data, GROUP=gf, OUT=out)
     else:
         out = "outside_hours.txt"
         hours_file = gf + "_hours.csv"
@@ -654,164 +645,17 @@ class World:
 
 # ---- the oracle
 
-ORACLE_FLAT = """
-DATA, IDF, GF, NF = %(data)r, %(idf)r, %(gf)r, %(nf)r
-OPEN, CLOSE, MIN_GAP = %(open)r, %(close)r, %(gap)r
-def moment(day, hhmm):
-    hours, minutes = hhmm.split(':')
-    return datetime.date.fromisoformat(day).toordinal() * 1440 + int(hours) * 60 + int(minutes)
-slots = []
-with open(DATA, newline='') as f:
-    for row in csv.DictReader(f):
-        start, end = moment(row['date'], row['start']), moment(row['date'], row['end'])
-        if end < start:
-            end += 1440  # crosses midnight: ends on the next day
-        slots.append({'id': row['slot_id'], 'entity': row[IDF], 'resource': row[GF], 'start': start, 'end': end,
-                      'value': Decimal(row[NF]), 'open': OPEN, 'close': CLOSE, 'gap': MIN_GAP})
-"""
-
-ORACLE_INDEXED = """
-INDEX, RULES, IDF, GF, NF = %(index)r, %(rules)r, %(idf)r, %(gf)r, %(nf)r
-def clock(hhmm):
-    hours, minutes = hhmm.strip().split(':')
-    return int(hours) * 60 + int(minutes)
-def moment(day, hhmm):
-    return datetime.date.fromisoformat(day.strip()).toordinal() * 1440 + clock(hhmm)
-rules = {}
-with open(RULES, newline='') as f:
-    for row in csv.DictReader(f):
-        rules[row[GF].strip().lower()] = {'open': clock(row['opens']), 'close': clock(row['closes']),
-                                          'gap': int(row['turnaround_min'])%(capacity)s}
-with open(INDEX, newline='') as f:
-    files = {row['file']: row[IDF] for row in csv.DictReader(f)}
-slots = []
-for path in sorted(files):
-    entity = files[path]
-    with open(path, newline='') as f:
-        for row in csv.DictReader(f):
-%(read)s
-            slot = {'id': row['slot_id'], 'entity': entity, 'resource': resource, 'start': start, 'end': end,
-                    'value': value}
-            slot.update(rules[row[GF].strip().lower()])
-            slots.append(slot)
-"""
-
-READ_CLEAN = """\
-            start, end = moment(row['date'], row['start']), moment(row['date'], row['end'])
-            if end < start:
-                end += 1440  # crosses midnight: ends on the next day
-            value = Decimal(row[NF])
-            resource = row[GF]"""
-
-READ_DIRTY = """\
-            if row.get('status', 'booked').strip() != 'booked':
-                continue  # cancelled
-            if row['slot_id'] in seen:
-                continue  # the same slot listed again
-            seen.add(row['slot_id'])
-            if 'start_at' in row:
-                start, end = stamp(row['start_at']), stamp(row['end_at'])
-            else:
-                start, end = moment(row['date'], row['start']), moment(row['date'], row['end'])
-                if end < start:
-                    end += 1440  # crosses midnight: ends on the next day
-            if NF + '_hundredths' in row:
-                text = row[NF + '_hundredths'].strip()
-                value = Decimal(text) / SCALE if text else None
-            else:
-                text = row[NF].strip()
-                value = Decimal(text) if text else None
-            if value is None:
-                value = Decimal(0)  # an empty value adds nothing to the daily total
-            resource = norm(row[GF])"""
-
-DIRTY_HELPERS = """
-SCALE = Decimal(%(scale)r)
-seen = set()
-def norm(name):
-    return name.strip().lower()
-def stamp(text):
-    moment_ = datetime.datetime.fromisoformat(text.strip())
-    return moment_.date().toordinal() * 1440 + moment_.hour * 60 + moment_.minute
-"""
-
-ORACLE_PAIRS = """
-result = []
-def report(label, subject, related, value):
-    result.append({'violation': label, 'subject': subject, 'related': related, 'value': value})
-for a in slots:
-    for b in slots:
-        if a['resource'] != b['resource'] or not a['id'] < b['id']:
-            continue
-        first, second = a['id'], b['id']
-        shared = min(a['end'], b['end']) - max(a['start'], b['start'])
-        if (a['entity'], a['start'], a['end']) == (b['entity'], b['start'], b['end']):
-            report('duplicate', first, second, shared)
-%(overlap)s        elif -shared < a['gap']:
-            report('short_gap', first, second, -shared)
-"""
-
-PAIR_OVERLAP = """\
-        elif shared > 0:
-            report('overlap', first, second, shared)
-"""
-
-PAIR_CAPACITY = """\
-        elif shared > 0:
-            pass  # overlaps are judged by capacity below
-"""
-
-ORACLE_CAPACITY = """
-lines = {}
-for s in sorted(slots, key=lambda s: (s['start'], s['id'])):
-    lines.setdefault(s['resource'], []).append(s)
-for resource, line in sorted(lines.items()):
-    for i, s in enumerate(line):
-        running = sum(1 for t in line[:i] if t['end'] > s['start'])
-        if running >= s['capacity']:
-            report('over_capacity', s['id'], resource, running + 1)
-"""
-
-ORACLE_REST = """
-for s in slots:
-    inside = 0
-    for day in range(s['start'] // 1440, s['end'] // 1440 + 1):
-        inside += max(0, min(s['end'], day * 1440 + s['close']) - max(s['start'], day * 1440 + s['open']))
-    outside = s['end'] - s['start'] - inside
-    if outside > 0:
-        report('outside_hours', s['id'], s['resource'], outside)
-DAILY_MAX = Decimal(%(daily_max)r)
-totals = {}
-for s in slots:
-    key = (s['entity'], s['start'] // 1440)
-    totals[key] = totals.get(key, Decimal(0)) + s['value']
-for (entity, day), total in sorted(totals.items()):
-    if total > DAILY_MAX:
-        report('daily_max', entity, datetime.date.fromordinal(day).isoformat(), total)
-%(writer)s
-write_deliverable(result)
-"""
-
-
 def oracle(world, names, writer):
-    values = dict(names)
-    values.update(daily_max=decimal_text(world.daily_max), writer=writer.strip("\n"), scale=str(HUNDREDTHS))
-    source = "import csv, datetime\nfrom decimal import Decimal\n"
-    if world.level == 2:
-        rule = world.rules[world.listed[0]]
-        values.update(open=rule["open"], close=rule["close"], gap=rule["gap"])
-        source += ORACLE_FLAT % values
-    else:
-        values["capacity"] = ", 'capacity': int(row['capacity'])" if world.capacity else ""
-        values["read"] = READ_DIRTY if world.dirty else READ_CLEAN
-        if world.dirty:
-            source += DIRTY_HELPERS % values
-        source += ORACLE_INDEXED % values
-    source += ORACLE_PAIRS % {"overlap": PAIR_CAPACITY if world.capacity else PAIR_OVERLAP}
-    if world.capacity:
-        source += ORACLE_CAPACITY
-    source += ORACLE_REST % values
-    return "python3 - <<'PY'\n" + source.lstrip("\n") + "PY\n"
+    """The oracle of levels 2-5 (oracles/schedule_checking/violations.py): one file and one set of hours and
+    turnaround at level 2, an index and a rules table from level 3."""
+    flat = world.level == 2
+    rule = world.rules[world.listed[0]]
+    return python_oracle(
+        "schedule_checking", "violations", writer, IDF=names["idf"], GF=names["gf"], NF=names["nf"],
+        DATA=names["data"] if flat else None, OPEN=rule["open"] if flat else None,
+        CLOSE=rule["close"] if flat else None, MIN_GAP=rule["gap"] if flat else None,
+        INDEX=None if flat else names["index"], RULES=None if flat else names["rules"], CAPACITY=world.capacity,
+        DIRTY=world.dirty, SCALE=HUNDREDTHS if world.dirty else None, DAILY_MAX_TEXT=decimal_text(world.daily_max))
 
 
 # ---- the contract
