@@ -80,7 +80,7 @@ run: setup $(if $(filter vllm,$(POLICY)),vllm-backend) $(if $(filter docker,$(SA
 test: setup docker-backend vllm-backend browser postgres-backend
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --durations=30
+	$(BIN)/python -m pytest -q -n 3 --dist loadgroup --no-loadscope-reorder --durations=30
 
 fast-test: setup
 	$(BIN)/ruff check .

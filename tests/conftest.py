@@ -144,7 +144,8 @@ class FinishedRound:
 FINISHED_ROUND_SECONDS = 1800
 
 
-# Under `make test` the suite runs in two pytest-xdist workers, with
+# Under `make test` the suite runs in three pytest-xdist workers (on two
+# cores: a third fills the waits on Docker, servers and subprocesses), with
 # --dist loadgroup: a module's tests stay together (its module fixtures are
 # built once), and so do the tests that share a session fixture too dear to
 # build twice (the finished round, the vLLM server).
