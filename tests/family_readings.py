@@ -669,13 +669,13 @@ def _rate_table_calculation() -> Family:
     # Level 2: a category without rates is left out.
     CATEGORY_READINGS = {
         "a category without rates gets a zero row": (
-            "            continue  # no rate: not charged\n",
-            "            charges.setdefault(group, []).append(Decimal(0))\n            continue\n"),
+            "                continue  # no rate: not charged\n",
+            "                charges.setdefault(group, []).append(Decimal(0))\n                continue\n"),
     }
     # Levels 3-5: an entity without rates is listed with an empty total.
     ENTITY_READINGS = {
         "an entity without rates left out": (
-            "        result.append({ID: ident, GROUP: group, 'lines': len(usable), 'total_charge': None})\n", ""),
+            "            result.append({ID: ident, GROUP: group, 'lines': len(usable), 'total_charge': None})\n", ""),
         "an entity without rates totals zero": ("'lines': len(usable), 'total_charge': None}",
                                                 "'lines': len(usable), 'total_charge': Decimal(0)}"),
     }
@@ -691,7 +691,7 @@ def _rate_table_calculation() -> Family:
                                             "q = band_q = Decimal(str(hundredths).strip())"),
         "hundredths banded before conversion": ("q = band_q = Decimal(str(hundredths).strip()) / HUNDREDTHS",
                                                 "band_q = Decimal(str(hundredths).strip())\n"
-                                                "            q = band_q / HUNDREDTHS"),
+                                                "                q = band_q / HUNDREDTHS"),
     }
     # Level 5: dated rate versions and corrected lines.
     DATED_READINGS = {

@@ -560,9 +560,10 @@ def level2(rng, seed, params):
     )
     table = {g: [(None if limit is None else plain(limit), plain(rate), plain(fee)) for limit, rate, fee in t["bands"]]
              for g, t in sorted(rates.items())}
-    solution = python_oracle("rate_table_calculation", "categories", out["writer"], DATA=data, GROUP=gf, VALUE=nf,
+    solution = python_oracle("rate_table_calculation", "charges", out["writer"], DATA=data, GROUP=gf, VALUE=nf,
                              RATES=table, SURCHARGES={g: plain(t["surcharge"]) for g, t in sorted(rates.items())},
-                             MINIMUM_CHARGE=money_text(minimum), **reading_values(cfg))
+                             MINIMUM_CHARGE=money_text(minimum), INDEX=None, RATE_TABLE=None, TERMS=None,
+                             DETAIL_DIR=None, ID=None, HUNDREDTHS=None, **reading_values(cfg))
     environment = {data: csv_text([idf, gf, nf], rows)}
     return assemble(params, instruction, environment, contract, out["checks"], {"records": expected}, solution, fmt)
 
@@ -891,9 +892,9 @@ def entity_level(rng, seed, params, level):
         "the rules in CONTRACT.md exactly."
         % (INDEX, plural, detail_dir, d["numeric_label"], unit, RATE_TABLE, TERMS, entity, ", ".join(out["paths"]))
     )
-    solution = python_oracle("rate_table_calculation", "entities", out["writer"], INDEX=INDEX, RATES=RATE_TABLE,
+    solution = python_oracle("rate_table_calculation", "charges", out["writer"], INDEX=INDEX, RATE_TABLE=RATE_TABLE,
                              TERMS=TERMS, DETAIL_DIR=detail_dir, ID=idf, GROUP=gf, VALUE=nf, HUNDREDTHS=HUNDREDTHS,
-                             **reading_values(cfg))
+                             DATA=None, RATES=None, SURCHARGES=None, MINIMUM_CHARGE=None, **reading_values(cfg))
     return assemble(params, instruction, environment, contract, out["checks"], {"records": expected}, solution, fmt)
 
 
