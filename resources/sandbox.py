@@ -107,6 +107,26 @@ class Sandbox(dg.ConfigurableResource, ABC):
         """Run `argv` as `uid` (and the same gid), or as the backend's
         sandbox_uid when None."""
 
+    @contextmanager
+    def episode(self, mounts: Sequence[Mount], *, cwd: str = "/workspace") -> Iterator[EpisodeRunner]:
+        """The commands of one agent episode, all on the same `mounts`, run
+        as the sandbox uid. Here each command gets a fresh sandbox; a backend
+        may keep one sandbox for the whole episode instead (Docker: one
+        container) and must then still hold each command's limits. A failure
+        to start the sandbox raises SandboxError (safe to retry); anything
+        after a command has started is that command's result."""
+        yield EpisodeRunner(lambda argv, limits: self.run(argv, mounts, cwd=cwd, limits=limits))
+
+
+@dataclass(frozen=True)
+class EpisodeRunner:
+    """Runs one command of an episode: `run(argv, limits)`."""
+
+    run_command: Callable[[Sequence[str], SandboxLimits], CommandResult]
+
+    def run(self, argv: Sequence[str], limits: SandboxLimits) -> CommandResult:
+        return self.run_command(argv, limits)
+
 
 # System calls a sandboxed command is refused (EPERM), by name: (x86_64,
 # aarch64) numbers, None where the architecture has no such call. Chosen as
