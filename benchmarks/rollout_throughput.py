@@ -2,13 +2,15 @@
 harness's share of rollout wall time.
 
 The same level-0 tasks, seed and agent settings (the round's defaults) run
-once as the validation asset runs them (all samples of a task in one call,
-SEQUENCES_PER_CALL sequences per policy call) and once one rollout per call.
-A sample depends on its task, index and seed alone, so both sides draw the
-same rollouts up to float rounding. Model time is the time spent inside the
-policy session's `sample` calls (a timing wrapper, nothing else changed);
-everything else (workspaces, sandboxed commands, verifier, tokenizer,
-bookkeeping) is the harness.
+once as the validation asset runs a wave (every sample of every task,
+SEQUENCES_PER_CALL sequences per policy call, commands and verifiers running
+while the policy samples the next call) and once one rollout per call (the
+first sample of each task). A sample depends on its task, index and seed
+alone, so both sides draw the same rollouts up to float rounding. Model time
+is the time spent inside the policy session's sampling calls (a timing
+wrapper, nothing else changed); the rest of the wall time (workspaces,
+sandboxed commands and verifiers not hidden behind sampling, tokenizer,
+bookkeeping) is the harness's share.
 
     python -m benchmarks.rollout_throughput
 """
@@ -61,9 +63,12 @@ class TimedSession(PolicySession):
         return self._tokenizer(self.inner.chat_tokens, messages, add_generation_prompt=add_generation_prompt)
 
     def sample(self, prompts, n: int, params: SamplingParams):
+        return self.sample_streaming(prompts, n, params, on_complete=lambda position, index, completion: None)
+
+    def sample_streaming(self, prompts, n: int, params: SamplingParams, on_complete):
         started = time.perf_counter()
         try:
-            return self.inner.sample(prompts, n, params)
+            return self.inner.sample_streaming(prompts, n, params, on_complete)
         finally:
             self.sample_seconds += time.perf_counter() - started
             self.sample_calls += 1
@@ -129,6 +134,7 @@ def throughput_results(batched: RolloutRun, single: RolloutRun, identical_fracti
         results[f"rollout.{name}_harness_share"] = 1 - run.model_seconds / run.wall_seconds
         results[f"rollout.{name}_tokenizer_share"] = run.tokenizer_seconds / run.wall_seconds
     results["rollout.rollouts"] = float(batched.rollouts)
+    results["rollout.batch1_rollouts"] = float(single.rollouts)
     results["rollout.batched_speedup"] = (
         results["rollout.batched_rollouts_per_second"] / results["rollout.batch1_rollouts_per_second"]
     )
@@ -144,15 +150,16 @@ def warm_up(session: PolicySession) -> None:
 
 
 def measure(
-    task_count: int = SEQUENCES_PER_CALL // LoopConfig().rollouts_per_task,
+    task_count: int = 6 * SEQUENCES_PER_CALL // LoopConfig().rollouts_per_task,
     samples_per_task: int | None = None,
     seed: int = 5,
     open_session: Callable[[], PolicySession] | None = None,
     sandbox: Sandbox | None = None,
 ) -> dict[str, float]:
-    """Default: 8 tasks x 8 samples, one full validation call of 64 sequences,
-    then the same 64 rollouts one per call. Each side gets a freshly loaded
-    session, so neither finds the other's prompts in the prefix cache."""
+    """Default: 48 tasks x 8 samples, a validation wave of six calls of 64
+    sequences, then the first sample of each task one per call. Each side gets
+    a freshly loaded session, so neither finds the other's prompts in the
+    prefix cache."""
     loop = LoopConfig()
     settings = loop.agent_settings()
     samples = samples_per_task or loop.rollouts_per_task
@@ -184,12 +191,12 @@ def measure(
             lambda s: [
                 rollout
                 for task in bundles
-                for index in range(samples)
-                for rollout in run_rollouts(s, sandbox, [task], 1, settings, root / "batch1", seed, first_index=index)
+                for rollout in run_rollouts(s, sandbox, [task], 1, settings, root / "batch1", seed)
             ]
         )
-    same = sum(a.token_ids == b.token_ids for a, b in zip(batched_rollouts, single_rollouts))
-    return throughput_results(batched, single, same / len(batched_rollouts))
+    first_samples = [r for r in batched_rollouts if r.sample_index == 0]
+    same = sum(a.token_ids == b.token_ids for a, b in zip(first_samples, single_rollouts))
+    return throughput_results(batched, single, same / len(single_rollouts))
 
 
 if __name__ == "__main__":

@@ -71,6 +71,10 @@ class LoopConfig(dg.ConfigurableResource):
                     "and does not raise its pass rate (docs/round.md). A capable model may take many.")
     max_new_tokens: int = Field(
         default=48, ge=1, description="Tokens the policy may write per turn (>= 1).")
+    harness_workers: int = Field(
+        default=4, ge=1, le=256,
+        description="Threads that run the rollouts' sandboxed commands and verifiers while the policy samples "
+                    "(1-256). They mostly wait on sandbox processes, so a few more than the cores pay off.")
     temperature: float = Field(
         default=0.7, gt=0, le=MAX_TEMPERATURE,
         description="Sampling temperature of the fixed evaluation set (one for every round, so its figure "
@@ -196,6 +200,7 @@ class LoopConfig(dg.ConfigurableResource):
         """How the agent samples: at `temperature` (a round's, see
         round_state.rollout_temperature), or without one at the fixed `temperature`."""
         return AgentSettings(max_turns=self.max_turns, max_new_tokens=self.max_new_tokens,
+                             harness_workers=self.harness_workers,
                              temperature=self.temperature if temperature is None else temperature)
 
     def scheduled_temperature(self, round_key: str) -> float | None:

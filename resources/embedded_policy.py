@@ -10,7 +10,7 @@ import hashlib
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from pydantic import Field
@@ -153,9 +153,16 @@ class TransformersPolicySession(PolicySession):
         self.model = None
         self.tokenizer = None
 
-    @torch.inference_mode()
     def sample(self, prompts: Sequence[Sequence[int]], n: int, params: SamplingParams) -> list[list[Completion]]:
-        """`n` samples per prompt. A sample's randomness depends only on the seed, its
+        return self.sample_streaming(prompts, n, params, on_complete=lambda position, index, completion: None)
+
+    @torch.inference_mode()
+    def sample_streaming(
+        self, prompts: Sequence[Sequence[int]], n: int, params: SamplingParams,
+        on_complete: Callable[[int, int, Completion], None],
+    ) -> list[list[Completion]]:
+        """`n` samples per prompt, each reported to `on_complete` the moment it
+        finishes decoding. A sample's randomness depends only on the seed, its
         prompt, its stream (`params.stream_ids`, else which repeat of that prompt
         it is) and its index (from `params.first_index`), never on what else shares
         the batch: batching changes nothing but float rounding."""
@@ -186,23 +193,24 @@ class TransformersPolicySession(PolicySession):
                 ]
             )
 
+        completions: dict[int, Completion] = {}
+        where = {id(seq): (position, index) for position, group in enumerate(groups) for index, seq in enumerate(group)}
+
+        def finished(seq: _Sequence) -> None:
+            completions[id(seq)] = Completion(
+                token_ids=seq.token_ids,
+                logprobs=seq.logprobs,
+                text=self._completion_text(seq.token_ids),
+                finish_reason=seq.finish_reason,
+            )
+            on_complete(*where[id(seq)], completions[id(seq)])
+
         # Samples of one prompt stay adjacent so chunks mostly share prompt lengths.
         flat = [seq for group in groups for seq in group]
         for start in range(0, len(flat), self.max_batch_sequences):
-            self._decode(flat[start : start + self.max_batch_sequences], params)
+            self._decode(flat[start : start + self.max_batch_sequences], params, finished)
 
-        return [
-            [
-                Completion(
-                    token_ids=seq.token_ids,
-                    logprobs=seq.logprobs,
-                    text=self._completion_text(seq.token_ids),
-                    finish_reason=seq.finish_reason,
-                )
-                for seq in group
-            ]
-            for group in groups
-        ]
+        return [[completions[id(seq)] for seq in group] for group in groups]
 
     def _prefill_all(self, prompts: list[list[int]]) -> dict[tuple[int, ...], _Prefill]:
         """A prefill for every distinct prompt: taken from the prefix cache when the
@@ -277,9 +285,10 @@ class TransformersPolicySession(PolicySession):
             last_logits=out.logits[0, -1].float(),
         )
 
-    def _decode(self, batch: list[_Sequence], params: SamplingParams) -> None:
+    def _decode(self, batch: list[_Sequence], params: SamplingParams, finished: Callable[[_Sequence], None]) -> None:
         """Decode one batch of sequences to completion, left-padding their prompts'
-        caches to a common length and dropping rows as they finish."""
+        caches to a common length and dropping rows as they finish (each
+        passed to `finished` then)."""
         width = max(seq.prefill.length for seq in batch)
         capacity = width + params.max_new_tokens
         layers = []
@@ -312,6 +321,8 @@ class TransformersPolicySession(PolicySession):
                     seq.finish_reason = "length"
                 else:
                     keep.append(row)
+                    continue
+                finished(seq)
             if not keep:
                 break
             if len(keep) < len(active):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import requests
 from pydantic import Field
@@ -170,11 +170,23 @@ class OpenAICompatibleSession(PolicySession):
         return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
 
     def sample(self, prompts: Sequence[Sequence[int]], n: int, params: SamplingParams) -> list[list[Completion]]:
-        def one(prompt: Sequence[int]) -> list[Completion]:
-            return [self._completion(choice) for choice in self.client.complete(prompt, n, params)]
+        return self.sample_streaming(prompts, n, params, on_complete=lambda position, index, completion: None)
+
+    def sample_streaming(
+        self, prompts: Sequence[Sequence[int]], n: int, params: SamplingParams,
+        on_complete: Callable[[int, int, Completion], None],
+    ) -> list[list[Completion]]:
+        """One request per prompt, `max_concurrency` at a time; a prompt's
+        samples are reported when its request returns."""
+
+        def one(position: int) -> list[Completion]:
+            group = [self._completion(choice) for choice in self.client.complete(prompts[position], n, params)]
+            for index, completion in enumerate(group):
+                on_complete(position, index, completion)
+            return group
 
         with ThreadPoolExecutor(max_workers=max(1, self.max_concurrency)) as pool:
-            return list(pool.map(one, prompts))
+            return list(pool.map(one, range(len(prompts))))
 
     def _completion(self, choice: dict) -> Completion:
         token_ids = choice.get("token_ids")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import dagster as dg
 
@@ -71,6 +71,22 @@ class PolicySession(ABC):
     @abstractmethod
     def sample(self, prompts: Sequence[Sequence[int]], n: int, params: SamplingParams) -> list[list[Completion]]:
         """`n` samples for each prompt, batched across prompts and samples."""
+
+    def sample_streaming(
+        self, prompts: Sequence[Sequence[int]], n: int, params: SamplingParams,
+        on_complete: Callable[[int, int, Completion], None],
+    ) -> list[list[Completion]]:
+        """`sample`, calling `on_complete(prompt position, sample index,
+        completion)` for each completion as soon as it is final, so a caller
+        can act on early finishers while the rest are sampled. The completions
+        are those `sample` gives. By default they are all reported when the
+        call ends; a backend that can report them earlier overrides this. The
+        callback may run on another thread and must be quick."""
+        completions = self.sample(prompts, n, params)
+        for position, group in enumerate(completions):
+            for index, completion in enumerate(group):
+                on_complete(position, index, completion)
+        return completions
 
     def close(self) -> None:
         """Free the weights."""

@@ -21,6 +21,7 @@ and the process limit counts every process of the sandbox uid on the host.
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import json
 import os
@@ -181,6 +182,7 @@ def _host_arch() -> tuple[int, int]:
     return arch
 
 
+@functools.cache  # a pure function of the architecture, asked for on every command
 def seccomp_program() -> bytes:
     """The filter as bwrap's --seccomp takes it: classic BPF (struct
     sock_filter array) over struct seccomp_data. Another architecture's

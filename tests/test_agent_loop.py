@@ -3,6 +3,7 @@ and the real sandbox and verifier on a real generated task."""
 
 import dataclasses
 import shutil
+import time
 
 import pytest
 
@@ -94,6 +95,69 @@ def test_rollouts_record_tokens_masks_and_rewards(level0_task, tmp_path):
     assert "exit code 0" in ScriptedSession([]).decode(solved.token_ids)
 
 
+class GatedSession(ScriptedSession):
+    """Streams its first completion, then holds the rest back until `ready()`
+    (or a timeout): a harness that only acts once the call returns never
+    lets `ready()` come true in time."""
+
+    def __init__(self, replies, ready, timeout=20.0):
+        super().__init__(replies)
+        self.ready, self.timeout = ready, timeout
+        self.waited_out = False
+
+    def sample_streaming(self, prompts, n, params, on_complete):
+        groups = self.sample(prompts, n, params)
+        flat = [(p, i, c) for p, group in enumerate(groups) for i, c in enumerate(group)]
+        on_complete(*flat[0])
+        deadline = time.monotonic() + self.timeout
+        while not self.ready():
+            if time.monotonic() > deadline:
+                self.waited_out = True
+                break
+            time.sleep(0.01)
+        for item in flat[1:]:
+            on_complete(*item)
+        return groups
+
+
+def test_commands_and_verifiers_run_while_the_policy_samples(level0_task, tmp_path):
+    # Rollout 0 solves and submits on turn 1 of 1: its command and its verifier
+    # must both be done while the policy still holds back the other replies.
+    replies = [oracle_command(level0_task) + "\n```"] + ["ls\n```"] * 3
+    rollouts: list = []
+    session = GatedSession(replies, ready=lambda: bool(rollouts) and rollouts[0].reward is not None)
+    import clawloop_assets.harness.agent_loop as agent_loop
+
+    real_run_turns = agent_loop._run_turns
+
+    def keep_rollouts(session_, sandbox, tasks, rs, *args):  # a spy: hands the test the rollouts in flight
+        rollouts.extend(rs)
+        return real_run_turns(session_, sandbox, tasks, rs, *args)
+
+    agent_loop._run_turns = keep_rollouts
+    try:
+        run_rollouts(session, BubblewrapSandbox(), [level0_task], 4, AgentSettings(max_turns=1), tmp_path, seed=0)
+    finally:
+        agent_loop._run_turns = real_run_turns
+    assert not session.waited_out
+    assert [r.reward for r in rollouts] == [1.0, 0.0, 0.0, 0.0]
+
+
+def test_rollouts_do_not_depend_on_the_number_of_harness_threads(level0_task, tmp_path):
+    replies = [
+        oracle_command(level0_task) + "\n```", "echo nothing\n```", "ls -la\n```", "no fence",
+        "submit\n```", "cat *\n```", "submit\n```", "wc -l *\n```",
+    ]
+    runs = []
+    for workers in (1, 4):
+        settings = AgentSettings(max_turns=2, harness_workers=workers)
+        rollouts = run_rollouts(ScriptedSession(replies), BubblewrapSandbox(), [level0_task], 4, settings,
+                                tmp_path / str(workers), seed=0)
+        runs.append([(r.token_ids, r.action_mask, r.commands, r.exit_codes, r.status, r.reward) for r in rollouts])
+    assert runs[0] == runs[1]
+    assert [row[5] for row in runs[0]] == [1.0, 0.0, 0.0, 0.0]
+
+
 def test_a_crashing_verifier_is_an_error_not_a_zero(level0_task, tmp_path):
     broken = tmp_path / "broken"
     shutil.copytree(level0_task.root, broken)
@@ -140,14 +204,14 @@ def test_training_loss_reaches_exactly_the_sampled_tokens_of_a_recorded_multi_tu
 
     session = EmbeddedPolicyModel(model_cache_dir=str(base_checkpoint_dir.parent)).load(base_checkpoint_dir)
     sampled: list[tuple[int, ...]] = []
-    real_sample = session.sample
+    real_sample = session.sample_streaming
 
-    def recording_sample(prompts, n, params):  # a spy: the real model samples
-        groups = real_sample(prompts, n, params)
+    def recording_sample(prompts, n, params, on_complete):  # a spy: the real model samples
+        groups = real_sample(prompts, n, params, on_complete)
         sampled.extend(tuple(c.token_ids) for group in groups for c in group)
         return groups
 
-    session.sample = recording_sample
+    session.sample_streaming = recording_sample
     try:
         rollouts = run_rollouts(session, BubblewrapSandbox(), [level0_task], 4, AgentSettings(max_turns=2), tmp_path, seed=3)
         rollout = max(rollouts, key=lambda r: r.turns)

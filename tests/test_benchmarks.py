@@ -5,6 +5,7 @@ from benchmarks import sandbox_overhead
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.synthesis.catalogs import load_capability_catalog
 from clawloop_assets.synthesis.plan import LEVELS
+from resources.policy import PolicySession
 
 
 @pytest.mark.parametrize("backend", SANDBOX_BACKENDS)
@@ -200,7 +201,7 @@ def test_round_phase_shares_come_from_the_ledger_and_the_round_time():
         round_phases.phase_results(ledger, round_seconds=100.0)
 
 
-class ScriptedSession:
+class ScriptedSession(PolicySession):
     """A policy that always answers `cat input.txt`, taking a fixed time per
     call plus a little per sequence: the harness around it is the real one."""
 
@@ -237,19 +238,20 @@ def test_rollout_throughput_compares_one_validation_call_with_one_rollout_per_ca
 
     results = rollout_throughput.measure(task_count=2, samples_per_task=2, open_session=ScriptedSession,
                                          sandbox=BubblewrapSandbox())
-    assert results["rollout.rollouts"] == 4
+    assert results["rollout.rollouts"] == 4 and results["rollout.batch1_rollouts"] == 2
     assert results["rollout.batched_sequences_per_call"] == 4 and results["rollout.batch1_sequences_per_call"] == 1
     assert results["rollout.batched_speedup"] == (
         results["rollout.batched_rollouts_per_second"] / results["rollout.batch1_rollouts_per_second"]
     )
-    for side, calls in (("batched", 1), ("batch1", 4)):
+    for side, calls, rollouts in (("batched", 1, 4), ("batch1", 2, 2)):
         # Every rollout generated the scripted reply's tokens.
         per_rollout = results[f"rollout.{side}_tokens_per_second"] / results[f"rollout.{side}_rollouts_per_second"]
         assert per_rollout == pytest.approx(len("cat input.txt\n```"))
         # Model time, recovered from the harness share, holds at least the scripted sleeps.
-        model_seconds = (1 - results[f"rollout.{side}_harness_share"]) * 4 / results[f"rollout.{side}_rollouts_per_second"]
-        slept = calls * ScriptedSession.CALL_SECONDS + 4 * ScriptedSession.SEQUENCE_SECONDS
-        assert slept <= model_seconds < 4 / results[f"rollout.{side}_rollouts_per_second"]
+        wall = rollouts / results[f"rollout.{side}_rollouts_per_second"]
+        model_seconds = (1 - results[f"rollout.{side}_harness_share"]) * wall
+        slept = calls * ScriptedSession.CALL_SECONDS + rollouts * ScriptedSession.SEQUENCE_SECONDS
+        assert slept <= model_seconds < wall
         assert 0 < results[f"rollout.{side}_tokenizer_share"] < results[f"rollout.{side}_harness_share"]
     assert results["rollout.harness_share"] == results["rollout.batched_harness_share"]
     assert results["rollout.identical_fraction"] == 1.0
@@ -309,3 +311,28 @@ def test_round_phases_profiles_the_round_it_times(monkeypatch, tmp_path):
     results = round_phases.measure(profile=tmp_path / "profile.txt")
     assert "stand_in_round" in (tmp_path / "profile.txt").read_text()
     assert results["round.seconds_by_phase"]["synthesis"] == 0.1
+
+
+def test_harness_throughput_times_the_oracles_episodes_per_thread_count(base_checkpoint_dir):
+    from benchmarks import harness_throughput
+    from resources.sandbox import BubblewrapSandbox
+
+    results = harness_throughput.measure(task_count=2, samples_per_task=2, workers=(1, 2), sandbox=BubblewrapSandbox(),
+                                         tokenizer_dir=base_checkpoint_dir)
+    assert results["harness.rollouts"] == 4 and results["harness.turns_per_rollout"] == harness_throughput.TURNS
+    for workers in (1, 2):
+        key = f"harness.workers_{workers}"
+        # Wall per turn is what the rate says, and each episode used the CPU of its sandboxes.
+        turns = 4 * harness_throughput.TURNS
+        assert results[f"{key}.wall_ms_per_turn"] == pytest.approx(4 / results[f"{key}.rollouts_per_second"] * 1000 / turns)
+        assert results[f"{key}.cpu_ms_per_turn"] > 0 and results[f"{key}.cpu_seconds_per_rollout"] > 0
+
+
+def test_harness_throughput_refuses_an_episode_that_did_not_score_1(base_checkpoint_dir, monkeypatch):
+    from benchmarks import harness_throughput
+    from resources.sandbox import BubblewrapSandbox
+
+    monkeypatch.setattr(harness_throughput, "oracle_command", lambda task: "true")  # solves nothing
+    with pytest.raises(RuntimeError, match="did not score 1"):
+        harness_throughput.measure(task_count=1, samples_per_task=1, workers=(1,), sandbox=BubblewrapSandbox(),
+                                   tokenizer_dir=base_checkpoint_dir)

@@ -275,6 +275,21 @@ def test_stops_at_the_closing_fence(embedded_session, shell_prompts):
 
 
 @pytest.mark.slow
+def test_streaming_reports_each_sample_once_as_it_finishes(embedded_session, shell_prompts):
+    params = SamplingParams(max_new_tokens=24, stop=("```",), seed=5)
+    reported = []
+    groups = embedded_session.sample_streaming(  # 5 samples: one decode batch of the fixture's session
+        shell_prompts[:1], 5, params, on_complete=lambda p, i, c: reported.append((p, i, c)))
+    assert sorted((p, i) for p, i, _ in reported) == [(0, i) for i in range(5)]
+    assert all(groups[p][i] is c for p, i, c in reported)
+    # A sample that took fewer tokens is never reported after a longer one.
+    lengths = [len(c.token_ids) for _, _, c in reported]
+    assert lengths == sorted(lengths) and lengths[0] < lengths[-1]
+    plain = embedded_session.sample(shell_prompts[:1], 5, params)
+    assert [[c.token_ids for c in g] for g in plain] == [[c.token_ids for c in g] for g in groups]
+
+
+@pytest.mark.slow
 def test_length_limit_ends_a_sample(embedded_session, shell_prompts):
     # No stop string can match: a sample ends at its third token unless it
     # ended its turn earlier, and says which.

@@ -57,6 +57,7 @@ BAD_VALUES = {
     "train_eval_samples": [-1],
     "max_turns": [0, "3"],
     "max_new_tokens": [0, -5],
+    "harness_workers": [0, 257],
     "temperature": [-1, 0, 2.5, "0.7"],
     "round_temperatures": [[], [0.7, 0], [3], 0.7],
     "controlled_temperature": [0],

@@ -14,8 +14,10 @@ import json
 import os
 import shutil
 import stat
+import threading
 import time
 import zlib
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,9 +25,10 @@ from typing import Callable, Iterator, Sequence, TypeVar
 
 from clawloop_assets.harness.verification import run_verifier
 from clawloop_assets.task_bundle import TaskBundle
-from resources.policy import PolicyServerError, PolicySession, SamplingParams
+from resources.policy import Completion, PolicyServerError, PolicySession, SamplingParams
 from resources.sandbox import (
     CopyReport,
+    EpisodeRunner,
     Mount,
     Sandbox,
     SandboxError,
@@ -81,6 +84,10 @@ class AgentSettings:
     # hold kilobytes, and the quota lives in memory (see disk_quota).
     workspace_bytes: int = 16 << 20
     workspace_budget_bytes: int = 2 << 30
+    # Threads that run the episodes' commands and verifiers while the policy
+    # samples: the harness mostly waits on sandbox processes, so more threads
+    # than cores keep the policy from waiting on it.
+    harness_workers: int = 4
 
     def sampling(self, seed: int, stream_ids: Sequence[int] = (), first_index: int = 0) -> SamplingParams:
         return SamplingParams(
@@ -256,34 +263,113 @@ def judged_reward(rollout: Rollout) -> float | None:
 
 
 def _run_turns(session, sandbox, tasks, rollouts, samples_per_task, settings, seed, progress, first_index) -> None:
-    for turn in range(settings.max_turns):
-        active = [r for r in rollouts if not r.done]
-        if not active:
-            break
-        progress(f"turn {turn + 1}/{settings.max_turns}: sampling {len(active)} rollouts")
-        if turn == 0:
-            _first_turn(session, tasks, rollouts, samples_per_task, settings, seed, progress, first_index)
-        else:
-            _next_turn(session, active, settings, seed + 7919 * turn, progress)
-        for rollout in active:
-            if rollout.done:  # lost to the policy server this turn
-                continue
-            # The bundle's own turn limit holds when it is tighter than the configured one.
-            last = min(settings.max_turns, rollout.task.max_turns) - 1
-            try:
-                _act(rollout, sandbox, settings, is_last_turn=turn >= last, session=session)
-            except Exception as exc:  # noqa: BLE001 - one rollout's failure must not end the others
-                _harness_failure(rollout, f"the harness failed on this rollout's command: {exc!r}")
+    """Each turn samples the active rollouts. A rollout's command runs on the
+    harness's threads as soon as its reply is final, while the policy samples
+    the others, and a rollout that is done is verified there at once. The
+    observations are appended on this thread once the turn's commands are
+    done (the tokenizer is not shared between threads). Nothing a rollout
+    records depends on which thread ran it or when."""
+    with _Harness(sandbox, settings) as harness:
+        for turn in range(settings.max_turns):
+            active = [r for r in rollouts if not r.done]
+            if not active:
+                break
+            progress(f"turn {turn + 1}/{settings.max_turns}: sampling {len(active)} rollouts")
+            act = harness.act_on(turn)
+            if turn == 0:
+                _first_turn(session, tasks, rollouts, samples_per_task, settings, seed, progress, first_index, act)
+            else:
+                _next_turn(session, active, settings, seed + 7919 * turn, progress, act)
+            for rollout, observation in harness.wait_for_commands():
+                _append_observation(session, rollout, observation)
+        progress(f"verifying {len(rollouts)} rollouts")
+        harness.verify_the_rest(rollouts)
 
-    progress(f"verifying {len(rollouts)} rollouts")
-    for rollout in rollouts:
+
+class _Harness:
+    """The rollouts' commands and verifiers, on a pool of threads. Each
+    rollout has one episode (`Sandbox.episode`), opened at its first command
+    and closed before its verifier runs. Only one thread at a time works on a
+    rollout: its next step is submitted after the last one was waited for."""
+
+    def __init__(self, sandbox: Sandbox, settings: AgentSettings):
+        self.sandbox, self.settings = sandbox, settings
+        self.pool = ThreadPoolExecutor(max_workers=settings.harness_workers, thread_name_prefix="harness")
+        self.episodes: dict[int, tuple[ExitStack, EpisodeRunner]] = {}
+        self.steps: list[tuple[Rollout, Future]] = []
+        self.verified: set[int] = set()
+        self.lock = threading.Lock()
+
+    def __enter__(self) -> _Harness:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        for stack, _runner in self.episodes.values():
+            stack.close()
+
+    def act_on(self, turn: int) -> Callable[[Rollout], None]:
+        """What to do with a rollout whose reply for `turn` was just recorded."""
+
+        def act(rollout: Rollout) -> None:
+            future = self.pool.submit(self._step, rollout, turn)
+            with self.lock:
+                self.steps.append((rollout, future))
+
+        return act
+
+    def _step(self, rollout: Rollout, turn: int) -> str | None:
+        """Run the rollout's command; its observation, or None when it is done
+        (and then verified here)."""
+        # The bundle's own turn limit holds when it is tighter than the configured one.
+        last = min(self.settings.max_turns, rollout.task.max_turns) - 1
         try:
-            _score(rollout, sandbox)
+            observation = _act(rollout, lambda: self._episode(rollout), self.settings, is_last_turn=turn >= last)
+        except Exception as exc:  # noqa: BLE001 - one rollout's failure must not end the others
+            _harness_failure(rollout, f"the harness failed on this rollout's command: {exc!r}")
+            observation = None
+        if rollout.done:
+            self._verify(rollout)
+            return None
+        return observation
+
+    def _episode(self, rollout: Rollout) -> EpisodeRunner:
+        """The rollout's episode, opened (with retries) when first asked for."""
+        if id(rollout) not in self.episodes:
+            stack = ExitStack()
+            mounts = [Mount(rollout.workspace, "/workspace", writable=True)]
+            runner = with_sandbox_retries(lambda: stack.enter_context(self.sandbox.episode(mounts)))
+            with self.lock:
+                self.episodes[id(rollout)] = (stack, runner)
+        return self.episodes[id(rollout)][1]
+
+    def _verify(self, rollout: Rollout) -> None:
+        with self.lock:
+            self.verified.add(id(rollout))
+            stack, _runner = self.episodes.pop(id(rollout), (None, None))
+        try:
+            if stack is not None:
+                stack.close()  # from here on nothing the agent left running touches the workspace
+            _score(rollout, self.sandbox)
         except Exception as exc:  # noqa: BLE001 - likewise
             _harness_failure(rollout, f"the harness failed scoring this rollout: {exc!r}")
 
+    def wait_for_commands(self) -> list[tuple[Rollout, str]]:
+        """Wait for the turn's commands; (rollout, observation) of each rollout
+        that goes on, in the order they were asked for."""
+        with self.lock:
+            steps, self.steps = self.steps, []
+        return [(rollout, observation) for rollout, future in steps if (observation := future.result()) is not None]
 
-def _first_turn(session, tasks, rollouts, n, settings, seed, progress, first_index) -> None:
+    def verify_the_rest(self, rollouts: Sequence[Rollout]) -> None:
+        """Verify the rollouts no step ended (lost to the policy server, or out
+        of turns) and wait until every rollout is verified."""
+        pending = [self.pool.submit(self._verify, r) for r in rollouts if id(r) not in self.verified]
+        for future in pending:
+            future.result()
+
+
+def _first_turn(session, tasks, rollouts, n, settings, seed, progress, first_index, act) -> None:
     # All samples of a task share the first prompt: one prefill, n samples.
     per_chunk = max(1, SEQUENCES_PER_CALL // n)
     for start in range(0, len(tasks), per_chunk):
@@ -292,56 +378,71 @@ def _first_turn(session, tasks, rollouts, n, settings, seed, progress, first_ind
             session.chat_tokens(initial_messages(task), add_generation_prompt=True) + session.encode(FENCE_OPEN)
             for task in chunk
         ]
-        started = time.monotonic()
-        streams = [sample_stream(task.task_id) for task in chunk]
-        completions, error = _sample(session, prompts, n, settings.sampling(seed, streams, first_index))
-        elapsed = time.monotonic() - started
         for offset, task in enumerate(chunk):
             for index in range(n):
                 rollout = rollouts[(start + offset) * n + index]
                 rollout.messages = initial_messages(task)
                 rollout.extend(prompts[offset], sampled=False)
                 rollout.prompt_tokens = len(prompts[offset])
-                rollout.model_seconds += elapsed / (len(chunk) * n)
-                if error:
-                    rollout.status, rollout.error, rollout.done = "policy_error", error, True
-                else:
-                    _record_reply(rollout, completions[offset][index])
+
+        def replied(offset: int, index: int, completion: Completion) -> None:
+            rollout = rollouts[(start + offset) * n + index]
+            _record_reply(rollout, completion)
+            act(rollout)
+
+        started = time.monotonic()
+        streams = [sample_stream(task.task_id) for task in chunk]
+        error = _sample(session, prompts, n, settings.sampling(seed, streams, first_index), replied)
+        elapsed = time.monotonic() - started
+        for rollout in rollouts[start * n : (start + len(chunk)) * n]:
+            rollout.model_seconds += elapsed / (len(chunk) * n)
+            if error and not rollout.generated_tokens:
+                rollout.status, rollout.error, rollout.done = "policy_error", error, True
         progress(f"sampled {min(start + per_chunk, len(tasks))}/{len(tasks)} tasks x {n} in {elapsed:.1f}s")
 
 
-def _next_turn(session, active: list[Rollout], settings, seed, progress) -> None:
+def _next_turn(session, active: list[Rollout], settings, seed, progress, act) -> None:
     for start in range(0, len(active), SEQUENCES_PER_CALL):
         chunk = active[start : start + SEQUENCES_PER_CALL]
+        replied_to: set[int] = set()
+
+        def replied(offset: int, index: int, completion: Completion) -> None:
+            replied_to.add(offset)
+            _record_reply(chunk[offset], completion)
+            act(chunk[offset])
+
         started = time.monotonic()
         streams = [sample_stream(r.task.task_id, r.sample_index) for r in chunk]
-        completions, error = _sample(session, [r.token_ids for r in chunk], 1, settings.sampling(seed, streams))
+        error = _sample(session, [r.token_ids for r in chunk], 1, settings.sampling(seed, streams), replied)
         elapsed = time.monotonic() - started
-        for index, rollout in enumerate(chunk):
+        for offset, rollout in enumerate(chunk):
             rollout.model_seconds += elapsed / len(chunk)
-            if error:
+            if error and offset not in replied_to:
                 rollout.status, rollout.error, rollout.done = "policy_error", error, True
-            else:
-                _record_reply(rollout, completions[index][0])
         progress(f"sampled {min(start + SEQUENCES_PER_CALL, len(active))}/{len(active)} rollouts in {elapsed:.1f}s")
 
 
-def _sample(session: PolicySession, prompts, n: int, params: SamplingParams):
-    """Completions, or the error that lost them. The server client has already
-    retried; what still fails is excluded from its group, never scored."""
+def _sample(session: PolicySession, prompts, n: int, params: SamplingParams, replied) -> str | None:
+    """Sample, handing each completion to `replied` as it is final; the error
+    that lost the rest, or None. The server client has already retried; a
+    rollout whose reply is lost is excluded from its group, never scored."""
     try:
-        return session.sample(prompts, n, params), None
+        session.sample_streaming(prompts, n, params, on_complete=replied)
+        return None
     except PolicyServerError as exc:
-        return None, str(exc)
+        return str(exc)
 
 
-def _record_reply(rollout: Rollout, completion) -> None:
+def _record_reply(rollout: Rollout, completion: Completion) -> None:
     rollout.extend(completion.token_ids, sampled=True, logprobs=completion.logprobs)
     rollout.generated_tokens += len(completion.token_ids)
     rollout.messages.append({"role": "assistant", "content": FENCE_OPEN + completion.text})
 
 
-def _act(rollout: Rollout, sandbox: Sandbox, settings: AgentSettings, *, is_last_turn: bool, session) -> None:
+def _act(rollout: Rollout, episode: Callable[[], EpisodeRunner], settings: AgentSettings, *,
+         is_last_turn: bool) -> str | None:
+    """Run the rollout's last reply in its episode; the observation to show
+    the agent next, or None when the episode is over."""
     command = parse_command(rollout.messages[-1]["content"][len(FENCE_OPEN):])
     if command is None:
         rollout.commands.append("")
@@ -358,7 +459,7 @@ def _act(rollout: Rollout, sandbox: Sandbox, settings: AgentSettings, *, is_last
         rollout.exit_codes.append(0)
         rollout.submitted = True
         rollout.done = True
-        return
+        return None
     else:
         rollout.commands.append(command)
         limits = SandboxLimits(
@@ -367,13 +468,11 @@ def _act(rollout: Rollout, sandbox: Sandbox, settings: AgentSettings, *, is_last
             output_bytes=settings.output_bytes,
         )
         try:
-            result = with_sandbox_retries(
-                lambda: sandbox.run(["bash", "-c", command], [Mount(rollout.workspace, "/workspace", writable=True)],
-                                    limits=limits)
-            )
+            runner = episode()
+            result = with_sandbox_retries(lambda: runner.run(["bash", "-c", command], limits))
         except SandboxError as exc:
             rollout.status, rollout.error, rollout.done = "sandbox_error", str(exc), True
-            return
+            return None
         rollout.sandbox_seconds += result.seconds
         canary = rollout.task.canary
         if canary and (canary in command or canary in result.output):
@@ -388,11 +487,11 @@ def _act(rollout: Rollout, sandbox: Sandbox, settings: AgentSettings, *, is_last
             if usage.over_limit:
                 rollout.last_output += f"\n[workspace over its disk quota ({usage.over_limit}): episode ended]"
                 rollout.done = True
-                return
+                return None
     if is_last_turn:
         rollout.done = True
-        return
-    _append_observation(session, rollout, observation)
+        return None
+    return observation
 
 
 def _append_observation(session: PolicySession, rollout: Rollout, observation: str) -> None:

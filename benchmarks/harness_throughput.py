@@ -1,0 +1,128 @@
+"""The harness alone: rollouts with a scripted policy that answers at once,
+so that only what the harness spends around the model is timed (workspaces,
+sandboxed commands, verifiers, the tokenizer's bookkeeping). On a GPU the
+model gets fast and this is what is left of a round's rollout time.
+
+Each rollout is one level-0 task of every capability in turn, with the same
+recorded episode: two looks around, the task's oracle command, `submit`. The
+oracle's commands make every reward 1, which the benchmark checks: a harness
+that got faster by judging wrongly fails here. Reported per number of harness
+threads (`AgentSettings.harness_workers`): rollouts a second, wall and CPU
+milliseconds of harness per turn, and the CPU seconds of a whole episode, from
+which docs/harness.md works out a paper-scale round's core-hours.
+
+    python -m benchmarks.harness_throughput
+"""
+
+from __future__ import annotations
+
+import resource
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+from transformers import AutoTokenizer
+
+from benchmarks.rollout_throughput import level0_tasks
+from clawloop_assets.harness.agent_loop import FENCE_CLOSE, AgentSettings, run_rollouts, sample_stream
+from clawloop_assets.task_bundle import TaskBundle
+from resources.policy import Completion, PolicySession, SamplingParams
+from resources.sandbox import BubblewrapSandbox, Sandbox
+
+LOOKS = ("ls -la", "wc -c * | tail -n 1")
+TURNS = len(LOOKS) + 2  # the looks, the oracle's command, submit
+
+
+def oracle_command(task: TaskBundle) -> str:
+    """The task's solve.sh as one command line (level 0: a shell one-liner)."""
+    return "\n".join(line for line in task.solution_path.read_text().splitlines() if not line.startswith("#!"))
+
+
+class ScriptedSession(PolicySession):
+    """Replies at once from a recorded episode, with the real model's tokenizer
+    and chat template, so the harness's token bookkeeping is the real one."""
+
+    def __init__(self, tokenizer, tasks: Sequence[TaskBundle], samples: int):
+        self.tokenizer = tokenizer
+        # Each call's stream ids say whose turn it is (agent_loop.sample_stream).
+        self.first_turn = {sample_stream(t.task_id): t for t in tasks}
+        self.later_turn = {sample_stream(t.task_id, i): t for t in tasks for i in range(samples)}
+        self.turn_of: dict[int, int] = {}
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def decode(self, token_ids) -> str:
+        return self.tokenizer.decode(list(token_ids), skip_special_tokens=False)
+
+    def chat_text(self, messages, *, add_generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=False)
+
+    def _reply(self, task: TaskBundle, turn: int) -> str:
+        script = [*LOOKS, oracle_command(task), "submit"]
+        return script[turn] + "\n" + FENCE_CLOSE
+
+    def sample(self, prompts, n: int, params: SamplingParams) -> list[list[Completion]]:
+        groups = []
+        for position, _prompt in enumerate(prompts):
+            stream = params.stream_ids[position]
+            if stream in self.first_turn:
+                task, turn = self.first_turn[stream], 0
+            else:
+                task = self.later_turn[stream]
+                turn = self.turn_of[stream] = self.turn_of.get(stream, 0) + 1
+            text = self._reply(task, turn)
+            ids = self.encode(text)
+            groups.append([Completion(ids, [0.0] * len(ids), text, "stop") for _ in range(n)])
+        return groups
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and of its waited-for children (the sandboxes)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def measure(
+    task_count: int = 24, samples_per_task: int = 8, workers: Sequence[int] = (1, 2, 4),
+    sandbox: Sandbox | None = None, tokenizer_dir: Path | None = None,
+    progress: Callable[[str], None] = lambda message: None,
+) -> dict[str, float]:
+    """`task_count` level-0 tasks x `samples_per_task` scripted rollouts of
+    TURNS turns, once per number of harness threads in `workers`."""
+    sandbox = sandbox or BubblewrapSandbox()
+    if tokenizer_dir is None:
+        from resources.embedded_policy import EmbeddedPolicyModel
+
+        tokenizer_dir = EmbeddedPolicyModel().base_checkpoint()
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
+    results: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        tasks = level0_tasks(sandbox, root, task_count)
+        for count in workers:
+            settings = AgentSettings(max_turns=TURNS, harness_workers=count)
+            session = ScriptedSession(tokenizer, tasks, samples_per_task)
+            cpu, started = cpu_seconds(), time.perf_counter()
+            rollouts = run_rollouts(session, sandbox, tasks, samples_per_task, settings, root / f"workers-{count}", 0,
+                                    progress)
+            wall, cpu = time.perf_counter() - started, cpu_seconds() - cpu
+            wrong = [(r.task.task_id, r.status, r.reward, r.error) for r in rollouts if r.reward != 1.0]
+            if wrong:
+                raise RuntimeError(f"the oracle's episode did not score 1 in {len(wrong)} rollouts: {wrong[:3]}")
+            turns = sum(r.turns for r in rollouts)
+            key = f"harness.workers_{count}"
+            results[f"{key}.rollouts_per_second"] = len(rollouts) / wall
+            results[f"{key}.wall_ms_per_turn"] = 1000 * wall / turns
+            results[f"{key}.cpu_ms_per_turn"] = 1000 * cpu / turns
+            results[f"{key}.cpu_seconds_per_rollout"] = cpu / len(rollouts)
+            progress(f"{count} harness threads: {len(rollouts)} rollouts in {wall:.1f}s ({cpu:.1f} CPU s)")
+    results["harness.rollouts"] = float(task_count * samples_per_task)
+    results["harness.turns_per_rollout"] = float(TURNS)
+    return results
+
+
+if __name__ == "__main__":
+    for key, value in measure(progress=print).items():
+        print(f"{key:<45} {value:.4g}")
