@@ -89,6 +89,8 @@ def test_each_command_gets_its_own_limits(workspace):
         capped = bash(episode, "head -c 100000 /dev/zero | tr '\\0' y", output_bytes=1000)
         assert capped.truncated and len(capped.output) < 1200
         assert bash(episode, "cat /proc/self/limits | grep 'Max cpu'").output.split()[3] == "20"
+        # The memory cgroup's OOM killer takes a command (1000) before the runner (0).
+        assert bash(episode, "cat /proc/self/oom_score_adj /proc/1/oom_score_adj").output.split() == ["1000", "0"]
 
 
 # A frame as the runner writes one: length, then a JSON header claiming success.
