@@ -158,7 +158,7 @@ def run(request):
     read_fd, write_fd = os.pipe()
     try:
         proc = start(argv, request["cwd"], limits, write_fd)
-    except (OSError, subprocess.SubprocessError) as exc:
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:  # ValueError: a NUL or lone surrogate in argv
         os.close(read_fd)
         capture.add(f"clawloop-sandbox: cannot run the command: {exc}\n".encode())
         return {"exit": 126, "timed_out": False, "total": capture.total}, capture.head, capture.tail
