@@ -175,13 +175,8 @@ def run(request):
         while status is None or not eof:
             status = reap(child, status)
             if status is not None and not eof:
-                # The command is done; a background process may hold the pipe:
-                # take what is written already, the rest dies with it below.
-                while select.select([read_fd], [], [], 0)[0]:
-                    chunk = os.read(read_fd, 65536)
-                    if not chunk:
-                        break
-                    capture.add(chunk)
+                # The command is done and a background process holds the pipe:
+                # it dies below, and what it wrote so far is read after.
                 break
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -64,6 +64,9 @@ def test_files_persist_between_commands_and_processes_do_not(workspace):
     with docker_sandbox().episode([Mount(workspace, "/workspace", writable=True)]) as episode:
         first = bash(episode, "echo kept > /tmp/state; echo made > here; cd /tmp; sleep 300 & setsid sleep 301 & echo $$")
         assert first.exit_code == 0
+        # A background writer that never stops is killed when the command ends, not waited for.
+        noisy = bash(episode, "yes & echo started", wall_seconds=20)
+        assert noisy.exit_code == 0 and "started" in noisy.output and noisy.seconds < 5
         second = bash(episode, "cat /tmp/state here; pwd; ps -eo pid=,comm=")
     lines = second.output.splitlines()
     assert lines[:3] == ["kept", "made", "/workspace"]
