@@ -1,5 +1,7 @@
 """Per-command cost of each sandbox backend, as a ratio to a bare `bash -c`
-measured in the same run (so machine speed and load cancel out)."""
+measured in the same run (so machine speed and load cancel out). For Docker
+also an episode's: a command inside one open episode (one container, the
+runner in it), and the cost of opening and closing an episode."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from resources.sandbox import BubblewrapSandbox, DockerSandbox, Mount, Sandbox, SandboxUnavailable
+from resources.sandbox import BubblewrapSandbox, DockerSandbox, Mount, Sandbox, SandboxLimits, SandboxUnavailable
 
 COMMAND = "echo hi > out.txt && wc -c < out.txt"
 
@@ -49,4 +51,30 @@ def measure(backends: dict[str, Sandbox] | None = None, repeats: int = 40) -> di
             seconds = _median_seconds(lambda: sandbox.run(["bash", "-c", COMMAND], mounts), repeats)
             results[f"sandbox.{name}.command_seconds"] = seconds
             results[f"sandbox.{name}.overhead_ratio"] = seconds / bare
+            if isinstance(sandbox, DockerSandbox):
+                results.update(measure_episode(sandbox, mounts, bare, repeats))
     return results
+
+
+def measure_episode(sandbox: DockerSandbox, mounts: list[Mount], bare: float, repeats: int) -> dict[str, float]:
+    """A command inside one open episode, and an episode opened and closed
+    (a few times: each is a container started and removed)."""
+    limits = SandboxLimits()
+
+    def command(episode) -> None:
+        result = episode.run(["bash", "-c", COMMAND], limits)
+        if result.exit_code != 0 or result.output.strip() != "3":
+            raise RuntimeError(f"the episode's command failed: {result}")
+
+    with sandbox.episode(mounts) as episode:
+        seconds = _median_seconds(lambda: command(episode), repeats)
+
+    def open_and_close() -> None:
+        with sandbox.episode(mounts):
+            pass
+
+    return {
+        "sandbox.docker_episode.command_seconds": seconds,
+        "sandbox.docker_episode.overhead_ratio": seconds / bare,
+        "sandbox.docker_episode.start_seconds": _median_seconds(open_and_close, min(repeats, 5)),
+    }

@@ -33,6 +33,7 @@ import stat
 import struct
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
@@ -774,12 +775,18 @@ class DockerSandbox(Sandbox):
     (`sandbox_images/harness`): no network, read-only root, a private bounded
     /tmp and /dev/shm, memory, pid and rlimits, every capability dropped, an
     unprivileged uid, and only the given mounts writable. The command's output
-    is streamed from the attached client and never stored by the engine."""
+    is streamed from the attached client and never stored by the engine.
+    `episode` keeps one such container for all of an episode's commands."""
 
     image: str = "clawloop/harness:latest"
     sandbox_uid: int = SANDBOX_UID
     sandbox_gid: int = SANDBOX_UID
     docker: str = "docker"
+    # How long an episode's container may take to start, and how long past a
+    # command's wall timeout its runner may take to answer before the episode
+    # is ended (the command's result, never a SandboxError).
+    episode_start_seconds: float = 60.0
+    episode_grace_seconds: float = 5.0
 
     def _docker(self) -> str:
         path = shutil.which(self.docker)
@@ -800,24 +807,27 @@ class DockerSandbox(Sandbox):
                 "(run `make docker-backend` to start the engine and build the image)"
             )
 
-    def command_line(
-        self, argv: Sequence[str], mounts: Sequence[Mount], cwd: str, env: Mapping[str, str], limits: SandboxLimits,
-        name: str, uid: int | None = None,
-    ) -> list[str]:
+    def _ids(self, uid: int | None) -> tuple[int, int]:
+        """The uid and gid a container runs as: the caller's own when not root."""
         if os.geteuid() != 0:
-            uid, gid = os.getuid(), os.getgid()
-        else:
-            uid, gid = (self.sandbox_uid, self.sandbox_gid) if uid is None else (uid, uid)
+            return os.getuid(), os.getgid()
+        return (self.sandbox_uid, self.sandbox_gid) if uid is None else (uid, uid)
+
+    def _container_args(
+        self, mounts: Sequence[Mount], cwd: str, env: Mapping[str, str], limits: SandboxLimits, name: str,
+        uid: int | None, extra: Sequence[str],
+    ) -> list[str]:
+        """`docker run` up to the image: the hardening every container of this
+        backend gets (a command's or an episode's), then `extra`."""
+        uid, gid = self._ids(uid)
         args = [
             self._docker(), "run", "--rm", "--name", name,
             "--network", "none", "--hostname", "sandbox", "--ipc", "private",
             "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
             "--security-opt", f"seccomp={_docker_seccomp_file()}",
-            "--user", f"{uid}:{gid}", "--init",
+            "--user", f"{uid}:{gid}", *extra,
             "--memory", str(limits.memory_bytes), "--memory-swap", str(limits.memory_bytes),
             "--pids-limit", str(limits.max_processes),
-            "--ulimit", f"cpu={limits.cpu_seconds}:{limits.cpu_seconds}",
-            "--ulimit", f"fsize={limits.file_size_bytes}:{limits.file_size_bytes}",
             "--ulimit", "core=0:0",
             "--tmpfs", f"/tmp:rw,exec,mode=1777,size={limits.tmp_bytes}",
             "--shm-size", str(limits.tmp_bytes),
@@ -829,8 +839,29 @@ class DockerSandbox(Sandbox):
             options = "" if mount.writable else ",readonly"
             # --mount, not -v: a missing source is an error, never silently created.
             args += ["--mount", f"type=bind,source={Path(mount.host).resolve()},target={mount.target}{options}"]
+        return args + ["--workdir", cwd, self.image]
+
+    def command_line(
+        self, argv: Sequence[str], mounts: Sequence[Mount], cwd: str, env: Mapping[str, str], limits: SandboxLimits,
+        name: str, uid: int | None = None,
+    ) -> list[str]:
+        rlimits = [
+            "--init",
+            "--ulimit", f"cpu={limits.cpu_seconds}:{limits.cpu_seconds}",
+            "--ulimit", f"fsize={limits.file_size_bytes}:{limits.file_size_bytes}",
+        ]
         announce = 'printf "%s" "$0"; exec "$@"'
-        return args + ["--workdir", cwd, self.image, "/bin/sh", "-c", announce, CONTAINER_STARTED, *argv]
+        return self._container_args(mounts, cwd, env, limits, name, uid, rlimits) + [
+            "/bin/sh", "-c", announce, CONTAINER_STARTED, *argv]
+
+    def episode_command_line(self, mounts: Sequence[Mount], cwd: str, limits: SandboxLimits, name: str) -> list[str]:
+        """The episode's container: attached stdin (`-i`), the runner as pid 1
+        (no --init: docker-init is a dumpable process of the sandbox uid
+        holding the container's stdout, which a command could reopen through
+        /proc/1/fd/1 to forge frames), no container-wide cpu or fsize rlimit
+        (the runner sets each command's own)."""
+        return self._container_args(mounts, cwd, {}, limits, name, None, ["--interactive"]) + [
+            "python3", "-I", "-S", "-c", _runner_source()]
 
     def run(
         self,
@@ -868,6 +899,228 @@ class DockerSandbox(Sandbox):
         if started:
             result = replace(result, output=result.output[len(CONTAINER_STARTED):])
         return result
+
+    @contextmanager
+    def episode(
+        self, mounts: Sequence[Mount], *, cwd: str = "/workspace", limits: SandboxLimits | None = None,
+    ) -> Iterator[EpisodeRunner]:
+        """One container for the whole episode, hardened as `run`'s, its
+        commands run by a trusted runner (`resources/sandbox_runner.py`) as
+        pid 1 inside: each command gets its own rlimits (cpu, fsize, core),
+        wall timeout and capped output, and nothing it started outlives it.
+        `limits` sizes the container (memory, pids, /tmp; default
+        SandboxLimits()); a command asking other memory or pids limits gets
+        them by `docker update` before it runs. /tmp and the workspace
+        persist between commands, processes do not.
+
+        A failure to start the container raises SandboxError; anything after
+        is the command's result (the episode then ends, and every later
+        command reports so at once). Leaving the block removes the container
+        and waits until it is gone."""
+        episode = _DockerEpisode(self, mounts, cwd, limits or SandboxLimits())
+        episode.start()
+        try:
+            yield EpisodeRunner(episode.run)
+        finally:
+            episode.close()
+
+
+def _runner_source() -> str:
+    return (Path(__file__).parent / "sandbox_runner.py").read_text()
+
+
+class _DockerEpisode:
+    """The host's end of one episode container: the attached `docker run -i`
+    client, requests to the runner on its stdin, frames from its stdout."""
+
+    def __init__(self, sandbox: DockerSandbox, mounts: Sequence[Mount], cwd: str, limits: SandboxLimits) -> None:
+        self.sandbox = sandbox
+        self.mounts = list(mounts)
+        self.cwd = cwd
+        self.name = f"clawloop-episode-{uuid.uuid4().hex[:16]}"
+        self.container_limits = (limits.memory_bytes, limits.max_processes)
+        self.args = sandbox.episode_command_line(self.mounts, cwd, limits, self.name)
+        self.proc: subprocess.Popen | None = None
+        self.buffer = bytearray()
+        self.ended: str | None = None  # why the episode can run no more commands
+        self.lock = threading.Lock()
+        self.stderr = None
+
+    def start(self) -> None:
+        if os.geteuid() == 0:
+            own_writable_mounts(self.mounts, self.sandbox.sandbox_uid, self.sandbox.sandbox_gid)
+        self.stderr = tempfile.TemporaryFile()
+        try:
+            self.proc = subprocess.Popen(self.args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
+                                         start_new_session=True, close_fds=True)
+        except OSError as exc:
+            self.close()
+            raise SandboxError(f"could not start the Docker client: {exc}") from exc
+        try:
+            ready = self._read_frame(time.monotonic() + self.sandbox.episode_start_seconds, max_output=0)
+            if isinstance(ready, str) or ready[0].get("ready") is not True:
+                self.proc.poll()
+                self.stderr.seek(0)
+                said = self.stderr.read().decode("utf-8", "replace").strip()[-2000:]
+                raise SandboxError(f"docker failed to start the episode's sandbox "
+                                   f"({ready if isinstance(ready, str) else 'not the ready frame'}): {said}")
+        except BaseException:
+            self.close()
+            raise
+
+    def run(self, argv: Sequence[str], limits: SandboxLimits) -> CommandResult:
+        with self.lock:
+            started = time.monotonic()
+            if self.ended is None:
+                self._apply_container_limits(limits)
+            if self.ended is not None:
+                return self._ended_result(started, timed_out=False)
+            request = json.dumps({"argv": list(argv), "cwd": self.cwd, "limits": {
+                "wall_seconds": limits.wall_seconds, "cpu_seconds": limits.cpu_seconds,
+                "file_size_bytes": limits.file_size_bytes, "output_bytes": limits.output_bytes,
+            }}).encode()
+            try:
+                self.proc.stdin.write(struct.pack(">I", len(request)) + request)
+                self.proc.stdin.flush()
+            except (OSError, ValueError) as exc:  # ValueError: closed meanwhile by close()
+                self._end(f"the sandbox stopped taking commands ({getattr(exc, 'strerror', None) or exc})")
+                return self._ended_result(started, timed_out=False)
+            frame = self._read_frame(started + limits.wall_seconds + self.sandbox.episode_grace_seconds,
+                                     max_output=limits.output_bytes + 2)
+            if isinstance(frame, str):
+                self._end(frame)
+                return self._ended_result(started, timed_out=frame.startswith("no answer"))
+            header, head, tail = frame
+            exit_code, timed_out, total = header.get("exit"), header.get("timed_out"), header.get("total")
+            if not (isinstance(timed_out, bool) and (exit_code is None or type(exit_code) is int)
+                    and type(total) is int and total >= len(head) + len(tail)
+                    and len(head) + len(tail) <= limits.output_bytes + 2):
+                self._end("the sandbox sent a malformed result")
+                return self._ended_result(started, timed_out=False)
+            capture = _CappedOutput(limits.output_bytes)
+            capture.head, capture.tail, capture.total = bytearray(head), bytearray(tail), total
+            return CommandResult(exit_code=None if timed_out else exit_code, output=capture.text(),
+                                 truncated=capture.truncated, timed_out=timed_out,
+                                 seconds=time.monotonic() - started)
+
+    def _apply_container_limits(self, limits: SandboxLimits) -> None:
+        wanted = (limits.memory_bytes, limits.max_processes)
+        if wanted == self.container_limits:
+            return
+        memory, pids = wanted
+        done = self._docker_cli("update", "--memory", str(memory), "--memory-swap", str(memory),
+                                "--pids-limit", str(pids), self.name)
+        if done.returncode != 0:
+            # Not run without its limits: the command's failure, and the episode's end.
+            self._end(f"the sandbox could not take this command's memory and process limits: {done.stderr.strip()}")
+        else:
+            self.container_limits = wanted
+
+    def _docker_cli(self, *args: str) -> subprocess.CompletedProcess:
+        """A Docker CLI call; one that hangs past a minute counts as failed."""
+        try:
+            return subprocess.run([self.sandbox._docker(), *args], capture_output=True, text=True, timeout=60)
+        except subprocess.TimeoutExpired:
+            return subprocess.CompletedProcess(args, 1, "", f"docker {args[0]} did not answer within 60 s")
+
+    def _ended_result(self, started: float, timed_out: bool) -> CommandResult:
+        return CommandResult(exit_code=None, output=f"[the sandbox ended: {self.ended}; this episode runs no more commands]",
+                             truncated=False, timed_out=timed_out, seconds=time.monotonic() - started)
+
+    def _end(self, why: str) -> None:
+        """No more commands: the container goes now, so nothing in it runs on
+        (and if it cannot, `close` retries and says so)."""
+        if self.ended is None:
+            self.ended = why
+        try:
+            self._remove()
+        except SandboxError:
+            pass
+
+    def _read_frame(self, deadline: float, max_output: int) -> tuple[dict, bytes, bytes] | str:
+        """(header, head, tail), or why none came: the stream ended, it
+        held no frame (or one with more than `max_output` bytes of output),
+        or nothing came by `deadline`."""
+        size = self._read_exact(4, deadline)
+        if isinstance(size, str):
+            return size
+        (length,) = struct.unpack(">I", size)
+        if length > 1 << 16:
+            return "the sandbox sent a malformed frame"
+        body = self._read_exact(length, deadline)
+        if isinstance(body, str):
+            return body
+        try:
+            header = json.loads(body)
+            head_bytes, tail_bytes = header["head"], header["tail"]
+        except (ValueError, TypeError, KeyError):
+            return "the sandbox sent a malformed frame"
+        if not (isinstance(header, dict) and type(head_bytes) is int and type(tail_bytes) is int
+                and 0 <= head_bytes and 0 <= tail_bytes and head_bytes + tail_bytes <= max_output):
+            return "the sandbox sent a malformed frame"
+        output = self._read_exact(head_bytes + tail_bytes, deadline)
+        if isinstance(output, str):
+            return output
+        return header, output[:head_bytes], output[head_bytes:]
+
+    def _read_exact(self, n: int, deadline: float) -> bytes | str:
+        fd = self.proc.stdout.fileno()
+        while len(self.buffer) < n:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return "no answer from the sandbox within the command's wall timeout and grace"
+            if not select.select([fd], [], [], remaining)[0]:
+                continue
+            chunk = os.read(fd, max(65536, n - len(self.buffer)))
+            if not chunk:
+                return "the sandbox's container stopped"
+            self.buffer += chunk
+        data = bytes(self.buffer[:n])
+        del self.buffer[:n]
+        return data
+
+    def _remove(self) -> None:
+        """Remove the container and wait until it is gone; then the client."""
+        removed = self._docker_cli("rm", "--force", self.name)
+        if removed.returncode != 0 and "No such container" not in removed.stderr:
+            # Being removed already (--rm after the runner ended): wait for it to go.
+            give_up = time.monotonic() + 60
+            while time.monotonic() < give_up:
+                inspect = self._docker_cli("container", "inspect", "--format", "{{.Id}}", self.name)
+                if inspect.returncode != 0 and "No such" in inspect.stderr:
+                    break
+                self._docker_cli("rm", "--force", self.name)
+                time.sleep(0.1)
+            else:
+                raise SandboxError(f"the episode's container {self.name} could not be removed: {removed.stderr.strip()}")
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                self.proc.stdin.close()  # the container is gone; the client may stop
+            except OSError:
+                pass
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                _kill_group(self.proc)
+                self.proc.wait()
+
+    def close(self) -> None:
+        # The container goes first, without waiting for a command running in
+        # another thread: that command then ends as the sandbox ending.
+        if self.ended is None:
+            self.ended = "the episode was closed"
+        try:
+            self._remove()
+        finally:
+            with self.lock:
+                if self.proc is not None:
+                    for stream in (self.proc.stdin, self.proc.stdout):
+                        try:
+                            stream.close()
+                        except OSError:
+                            pass
+                if self.stderr is not None:
+                    self.stderr.close()
 
 
 def _collect(proc: subprocess.Popen, limits: SandboxLimits, kill: Callable[[], None]) -> CommandResult:

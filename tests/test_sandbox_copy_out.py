@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SANDBOX_BACKENDS, make_sandbox
+from test_docker_episode import EPISODE_BACKENDS, make_backend
 
 from resources.sandbox import (
     SANDBOX_UID,
@@ -25,9 +25,9 @@ from resources.sandbox import (
 AS_ROOT = os.geteuid() == 0
 
 
-@pytest.fixture(params=SANDBOX_BACKENDS)
+@pytest.fixture(params=EPISODE_BACKENDS)
 def sandbox(request):
-    return make_sandbox(request.param)
+    return make_backend(request.param)
 
 
 def run_in_quota(sandbox, workspace: Path, command: str, quota: int = 16 << 20, **limits) -> tuple:

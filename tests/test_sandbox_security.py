@@ -1,5 +1,6 @@
 """Hostile commands against each real sandbox backend (bubblewrap; Docker in
-the slow suite): any visible effect on the host is a failure."""
+the slow suite, one container per command and an episode's runner): any
+visible effect on the host is a failure."""
 
 import os
 import subprocess
@@ -7,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SANDBOX_BACKENDS, make_sandbox
+from test_docker_episode import EPISODE_BACKENDS, make_backend
 
 from resources.sandbox import Mount, SandboxLimits, directory_bytes, disk_quota
 
@@ -15,9 +16,9 @@ from resources.sandbox import Mount, SandboxLimits, directory_bytes, disk_quota
 SANDBOX_UID = 64999
 
 
-@pytest.fixture(params=SANDBOX_BACKENDS)
+@pytest.fixture(params=EPISODE_BACKENDS)
 def sandbox(request):
-    return make_sandbox(request.param, sandbox_uid=SANDBOX_UID, sandbox_gid=SANDBOX_UID)
+    return make_backend(request.param, sandbox_uid=SANDBOX_UID, sandbox_gid=SANDBOX_UID)
 
 
 @pytest.fixture
