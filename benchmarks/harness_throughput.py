@@ -8,8 +8,9 @@ recorded episode: two looks around, the task's oracle command, `submit`. The
 oracle's commands make every reward 1, which the benchmark checks: a harness
 that got faster by judging wrongly fails here. Reported per number of harness
 threads (`AgentSettings.harness_workers`): rollouts a second, wall and CPU
-milliseconds of harness per turn, and the CPU seconds of a whole episode, from
-which docs/harness.md works out a paper-scale round's core-hours.
+milliseconds of harness per turn, and the CPU seconds of a whole episode;
+then the CPU of one verification and of one command, from which
+docs/harness.md works out a paper-scale round's core-hours.
 
     python -m benchmarks.harness_throughput
 """
@@ -26,6 +27,7 @@ from transformers import AutoTokenizer
 
 from benchmarks.rollout_throughput import level0_tasks
 from clawloop_assets.harness.agent_loop import FENCE_CLOSE, AgentSettings, run_rollouts, sample_stream
+from clawloop_assets.harness.verification import run_verifier
 from clawloop_assets.task_bundle import TaskBundle
 from resources.policy import Completion, PolicySession, SamplingParams
 from resources.sandbox import BubblewrapSandbox, Sandbox
@@ -118,6 +120,18 @@ def measure(
             results[f"{key}.cpu_ms_per_turn"] = 1000 * cpu / turns
             results[f"{key}.cpu_seconds_per_rollout"] = cpu / len(rollouts)
             progress(f"{count} harness threads: {len(rollouts)} rollouts in {wall:.1f}s ({cpu:.1f} CPU s)")
+        # The verifier's part, one at a time on the final workspaces, so that
+        # an episode's cost splits into commands and one verification.
+        cpu, started = cpu_seconds(), time.perf_counter()
+        for rollout in rollouts:
+            run_verifier(sandbox, rollout.task, rollout.workspace)
+        verify_wall, verify_cpu = (time.perf_counter() - started) / len(rollouts), (cpu_seconds() - cpu) / len(rollouts)
+        commands = sum(1 for r in rollouts for c in r.commands if c != "submit") / len(rollouts)
+        per_rollout = results[f"harness.workers_{workers[-1]}.cpu_seconds_per_rollout"]
+    results["harness.verifier_wall_ms"] = 1000 * verify_wall
+    results["harness.verifier_cpu_ms"] = 1000 * verify_cpu
+    # What is left of an episode's CPU is its commands' (and the bookkeeping of every turn).
+    results["harness.command_cpu_ms"] = 1000 * max(0.0, per_rollout - verify_cpu) / commands
     results["harness.rollouts"] = float(task_count * samples_per_task)
     results["harness.turns_per_rollout"] = float(TURNS)
     return results

@@ -176,21 +176,24 @@ def run_rollouts(
     randomness depends on its task, its index and the seed, never on which
     other tasks share the call: a later wave of indices 6-7 gives the rollouts
     a single run of 8 would have."""
-    with ExitStack() as quotas:
-        rollouts: list[Rollout] = []
-        quota = min(settings.workspace_bytes, settings.workspace_budget_bytes // max(1, len(tasks) * samples_per_task))
-        for task in tasks:
-            for index in range(first_index, first_index + samples_per_task):
-                workspace = workdir / task.task_id / f"sample-{index}"
-                release_quota(workspace)  # one a crashed run left mounted
-                if workspace.exists():
-                    shutil.rmtree(workspace)
-                rollout = Rollout(task=task, sample_index=index, workspace=workspace, quota_bytes=quota)
-                quotas.enter_context(_workspace_quota(rollout))
-                shutil.copytree(task.environment_dir, workspace, symlinks=True, dirs_exist_ok=True)
-                rollouts.append(rollout)
-        _run_turns(session, sandbox, tasks, rollouts, samples_per_task, settings, seed, progress, first_index)
+    quota = min(settings.workspace_bytes, settings.workspace_budget_bytes // max(1, len(tasks) * samples_per_task))
+    rollouts = [
+        Rollout(task=task, sample_index=index, workspace=workdir / task.task_id / f"sample-{index}", quota_bytes=quota)
+        for task in tasks
+        for index in range(first_index, first_index + samples_per_task)
+    ]
+    _run_turns(session, sandbox, tasks, rollouts, samples_per_task, settings, seed, progress, first_index)
     return rollouts
+
+
+def _prepare_workspace(rollout: Rollout, quotas: ExitStack) -> None:
+    """A fresh copy of the task's environment under the rollout's disk quota,
+    which `quotas` holds until the rollout is verified."""
+    release_quota(rollout.workspace)  # one a crashed run left mounted
+    if rollout.workspace.exists():
+        shutil.rmtree(rollout.workspace)
+    quotas.enter_context(_workspace_quota(rollout))
+    shutil.copytree(rollout.task.environment_dir, rollout.workspace, symlinks=True, dirs_exist_ok=True)
 
 
 @contextmanager
@@ -270,6 +273,7 @@ def _run_turns(session, sandbox, tasks, rollouts, samples_per_task, settings, se
     done (the tokenizer is not shared between threads). Nothing a rollout
     records depends on which thread ran it or when."""
     with _Harness(sandbox, settings) as harness:
+        harness.prepare(rollouts)  # on the harness's threads, while the first call samples
         for turn in range(settings.max_turns):
             active = [r for r in rollouts if not r.done]
             if not active:
@@ -287,14 +291,18 @@ def _run_turns(session, sandbox, tasks, rollouts, samples_per_task, settings, se
 
 
 class _Harness:
-    """The rollouts' commands and verifiers, on a pool of threads. Each
-    rollout has one episode (`Sandbox.episode`), opened at its first command
-    and closed before its verifier runs. Only one thread at a time works on a
-    rollout: its next step is submitted after the last one was waited for."""
+    """The rollouts' workspaces, commands and verifiers, on a pool of threads.
+    Each rollout's workspace is prepared first; its episode
+    (`Sandbox.episode`) is opened at its first command and closed before its
+    verifier runs; after the verifier its workspace is copied out of its
+    quota. Only one thread at a time works on a rollout: its next step is
+    submitted after the last one was waited for."""
 
     def __init__(self, sandbox: Sandbox, settings: AgentSettings):
         self.sandbox, self.settings = sandbox, settings
         self.pool = ThreadPoolExecutor(max_workers=settings.harness_workers, thread_name_prefix="harness")
+        self.workspaces: dict[int, Future] = {}
+        self.quotas: dict[int, ExitStack] = {}
         self.episodes: dict[int, tuple[ExitStack, EpisodeRunner]] = {}
         self.steps: list[tuple[Rollout, Future]] = []
         self.verified: set[int] = set()
@@ -307,6 +315,15 @@ class _Harness:
         self.pool.shutdown(wait=True, cancel_futures=True)
         for stack, _runner in self.episodes.values():
             stack.close()
+        for quotas in self.quotas.values():
+            quotas.close()
+
+    def prepare(self, rollouts: Sequence[Rollout]) -> None:
+        """Prepare every rollout's workspace; the pool takes work in order, so
+        these run before any command."""
+        for rollout in rollouts:
+            self.quotas[id(rollout)] = ExitStack()
+            self.workspaces[id(rollout)] = self.pool.submit(_prepare_workspace, rollout, self.quotas[id(rollout)])
 
     def act_on(self, turn: int) -> Callable[[Rollout], None]:
         """What to do with a rollout whose reply for `turn` was just recorded."""
@@ -324,7 +341,9 @@ class _Harness:
         # The bundle's own turn limit holds when it is tighter than the configured one.
         last = min(self.settings.max_turns, rollout.task.max_turns) - 1
         try:
-            observation = _act(rollout, lambda: self._episode(rollout), self.settings, is_last_turn=turn >= last)
+            self.workspaces[id(rollout)].result()  # what preparing it raised, if anything
+            observation = _act(rollout, lambda: self._episode(rollout, only_command=turn == 0 and turn >= last),
+                               self.settings, is_last_turn=turn >= last)
         except Exception as exc:  # noqa: BLE001 - one rollout's failure must not end the others
             _harness_failure(rollout, f"the harness failed on this rollout's command: {exc!r}")
             observation = None
@@ -333,11 +352,15 @@ class _Harness:
             return None
         return observation
 
-    def _episode(self, rollout: Rollout) -> EpisodeRunner:
-        """The rollout's episode, opened (with retries) when first asked for."""
+    def _episode(self, rollout: Rollout, only_command: bool) -> EpisodeRunner:
+        """The rollout's episode, opened (with retries) when first asked for.
+        An episode of one command is one fresh sandbox, which `run` gives at
+        less cost on every backend (no episode to keep)."""
+        mounts = [Mount(rollout.workspace, "/workspace", writable=True)]
+        if only_command:
+            return EpisodeRunner(lambda argv, limits: self.sandbox.run(argv, mounts, limits=limits))
         if id(rollout) not in self.episodes:
             stack = ExitStack()
-            mounts = [Mount(rollout.workspace, "/workspace", writable=True)]
             runner = with_sandbox_retries(lambda: stack.enter_context(self.sandbox.episode(mounts)))
             with self.lock:
                 self.episodes[id(rollout)] = (stack, runner)
@@ -348,11 +371,18 @@ class _Harness:
             self.verified.add(id(rollout))
             stack, _runner = self.episodes.pop(id(rollout), (None, None))
         try:
+            try:
+                self.workspaces[id(rollout)].result()
+            except Exception as exc:  # noqa: BLE001 - the host's failure, this rollout's exclusion
+                _harness_failure(rollout, f"the harness failed preparing this rollout's workspace: {exc!r}")
+                return
             if stack is not None:
                 stack.close()  # from here on nothing the agent left running touches the workspace
             _score(rollout, self.sandbox)
         except Exception as exc:  # noqa: BLE001 - likewise
             _harness_failure(rollout, f"the harness failed scoring this rollout: {exc!r}")
+        finally:
+            self.quotas.pop(id(rollout)).close()  # copied out; what goes wrong there is recorded on the rollout
 
     def wait_for_commands(self) -> list[tuple[Rollout, str]]:
         """Wait for the turn's commands; (rollout, observation) of each rollout
