@@ -12,12 +12,13 @@ import json
 import os
 import re
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from clawloop_assets.harness.verification import VerifierResult, run_verifier, run_verifiers
+from clawloop_assets.harness.verification import VerifierResult, memory_scratch, run_verifier, run_verifiers
 from clawloop_assets.task_bundle import TaskBundle
 from resources.sandbox import Mount, Sandbox, SandboxLimits, copy_tree_safely, disk_quota
 
@@ -39,10 +40,23 @@ class AgentFreeResult:
 
 
 def validate_without_agent(sandbox: Sandbox, bundle: TaskBundle, scratch_dir: Path) -> AgentFreeResult:
-    work = Path(scratch_dir) / bundle.task_id
-    if work.exists():
-        shutil.rmtree(work)
-    work.mkdir(parents=True)
+    # Everything written here is thrown away at the end: in memory where the
+    # host has room (memory_scratch), else under `scratch_dir`.
+    memory = memory_scratch()
+    if memory is not None:
+        work = Path(tempfile.mkdtemp(prefix="clawloop-agent-free-", dir=memory))
+    else:
+        work = Path(scratch_dir) / bundle.task_id
+        if work.exists():
+            shutil.rmtree(work)
+        work.mkdir(parents=True)
+    try:
+        return _validate(sandbox, bundle, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _validate(sandbox: Sandbox, bundle: TaskBundle, work: Path) -> AgentFreeResult:
     reasons = []
 
     leak = leakage_audit(bundle)
@@ -61,7 +75,6 @@ def validate_without_agent(sandbox: Sandbox, bundle: TaskBundle, scratch_dir: Pa
     elif not untouched_failed:
         reasons.append("the untouched workspace already passes the verifier")
 
-    shutil.rmtree(work, ignore_errors=True)
     return AgentFreeResult(
         task_id=bundle.task_id,
         passed=not reasons,
