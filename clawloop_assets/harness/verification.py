@@ -154,7 +154,10 @@ def _read_result(path: Path, seconds: float) -> VerifierResult:
 # child that crashed, timed out or wrote no result, and a result whose
 # details name the workspace's mount point or a RecursionError or
 # MemoryError (the only things that could differ between the two ways of
-# running).
+# running). A workspace given more than once gets one copy, mounted once per
+# verification. The children share their parent's hash seed: the canonical
+# verifier sorts every set it reports, so no seed changes a verdict of it,
+# and a verify.py that is not the canonical one gets an interpreter a run.
 
 CANONICAL_VERIFIER = Path(__file__).resolve().parents[1] / "synthesis" / "generators" / "verify.py"
 # The batch mounts workspace i at f"{BATCH_MOUNT}{i}": as long as "/workspace",
