@@ -45,8 +45,10 @@ def _build_and_validate(sandbox: Sandbox, root: Path, candidate: tuple) -> str |
 
 
 def measure(count: int = 1024, workers: int | None = None, sandbox: Sandbox | None = None) -> dict[str, float]:
+    """`workers` threads (default two per core: a thread spends much of a
+    candidate waiting on its sandbox runs)."""
     sandbox = sandbox or BubblewrapSandbox()
-    workers = workers or os.cpu_count() or 1
+    workers = workers or 2 * (os.cpu_count() or 1)
     plan = candidate_plan(count)
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()

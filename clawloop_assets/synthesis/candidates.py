@@ -13,11 +13,13 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from clawloop_assets.harness.verification import memory_scratch
 from clawloop_assets.partitions import round_number
 from clawloop_assets.round_state import require_rows
 from clawloop_assets.synthesis import domain_graph, task_graphs
@@ -232,9 +234,14 @@ def build_candidate(
         return failure(f"generator exited with code {outcome.exit_code}: {tail or 'no output'}")
     # Same seed, same bytes: a second run must rebuild the bundle exactly, or
     # the task a rollout saw cannot be rebuilt, audited or exported.
-    rerun = task_dir / f".rerun-{task_id}"
-    release_quota(rerun)
-    shutil.rmtree(rerun, ignore_errors=True)
+    # Thrown away after the comparison: in memory where the host has room.
+    memory = memory_scratch()
+    if memory is not None:
+        rerun = Path(tempfile.mkdtemp(prefix="clawloop-rerun-", dir=memory))
+    else:
+        rerun = task_dir / f".rerun-{task_id}"
+        release_quota(rerun)
+        shutil.rmtree(rerun, ignore_errors=True)
     try:
         again = generate(rerun)
         difference = None if again.exit_code == 0 else f"the second run exited with code {again.exit_code}"

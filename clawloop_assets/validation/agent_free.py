@@ -12,12 +12,13 @@ import json
 import os
 import re
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
-from clawloop_assets.harness.verification import run_verifier
+from clawloop_assets.harness.verification import VerifierResult, memory_scratch, run_verifier, run_verifiers
 from clawloop_assets.task_bundle import TaskBundle
 from resources.sandbox import Mount, Sandbox, SandboxLimits, copy_tree_safely, disk_quota
 
@@ -39,28 +40,41 @@ class AgentFreeResult:
 
 
 def validate_without_agent(sandbox: Sandbox, bundle: TaskBundle, scratch_dir: Path) -> AgentFreeResult:
-    work = Path(scratch_dir) / bundle.task_id
-    if work.exists():
-        shutil.rmtree(work)
-    work.mkdir(parents=True)
+    # Everything written here is thrown away at the end: in memory where the
+    # host has room (memory_scratch), else under `scratch_dir`.
+    memory = memory_scratch()
+    if memory is not None:
+        work = Path(tempfile.mkdtemp(prefix="clawloop-agent-free-", dir=memory))
+    else:
+        work = Path(scratch_dir) / bundle.task_id
+        if work.exists():
+            shutil.rmtree(work)
+        work.mkdir(parents=True)
+    try:
+        return _validate(sandbox, bundle, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _validate(sandbox: Sandbox, bundle: TaskBundle, work: Path) -> AgentFreeResult:
     reasons = []
 
     leak = leakage_audit(bundle)
     if leak:
         reasons.append(leak)
 
-    oracle = _oracle_checks(sandbox, bundle, work / "oracle")
+    # The untouched workspace is the bundle's environment itself: the verifier
+    # only ever reads a copy of what it is given.
+    oracle = _oracle_checks(sandbox, bundle, work / "oracle", bundle.environment_dir)
     reasons += oracle.reasons
 
-    untouched = _fresh_workspace(bundle, work / "untouched")
-    verdict = run_verifier(sandbox, bundle, untouched)
+    verdict = oracle.untouched_verdict
     untouched_failed = verdict.status == "scored" and verdict.reward == 0.0
     if verdict.status == "error":
         reasons.append(f"verifier error on the untouched workspace: {verdict.error}")
     elif not untouched_failed:
         reasons.append("the untouched workspace already passes the verifier")
 
-    shutil.rmtree(work, ignore_errors=True)
     return AgentFreeResult(
         task_id=bundle.task_id,
         passed=not reasons,
@@ -73,32 +87,30 @@ def validate_without_agent(sandbox: Sandbox, bundle: TaskBundle, scratch_dir: Pa
     )
 
 
-def _fresh_workspace(bundle: TaskBundle, directory: Path) -> Path:
-    directory.mkdir(parents=True)
-    workspace = directory / "workspace"
-    shutil.copytree(bundle.environment_dir, workspace, symlinks=True)
-    os.chmod(workspace, 0o755)
-    return workspace
-
-
 @dataclass
 class _OracleChecks:
     passed: bool = False
     verifier_deterministic: bool = False
     wrong_deliverables_failed: bool = False
     reasons: list[str] = field(default_factory=list)
+    untouched_verdict: VerifierResult | None = None  # the verifier on the untouched workspace
 
 
-def _oracle_checks(sandbox: Sandbox, bundle: TaskBundle, directory: Path) -> _OracleChecks:
+def _oracle_checks(sandbox: Sandbox, bundle: TaskBundle, directory: Path, untouched: Path) -> _OracleChecks:
     # The oracle is model-written code too: its workspace gets a disk quota.
     workspace = directory / "workspace"
     with disk_quota(workspace, ORACLE_WORKSPACE_BYTES):
         shutil.copytree(bundle.environment_dir, workspace, symlinks=True, dirs_exist_ok=True)
         os.chmod(workspace, 0o755)
-        return _run_oracle(sandbox, bundle, directory, workspace)
+        return _run_oracle(sandbox, bundle, directory, workspace, untouched)
 
 
-def _run_oracle(sandbox: Sandbox, bundle: TaskBundle, directory: Path, workspace: Path) -> _OracleChecks:
+def _run_oracle(sandbox: Sandbox, bundle: TaskBundle, directory: Path, workspace: Path, untouched: Path) -> _OracleChecks:
+    """The oracle runs, then one batch (`run_verifiers`) verifies its workspace
+    three times, the empty and perturbed deliverables and the untouched
+    workspace. The wrong deliverables are made before the oracle's verdict is
+    known; they are judged only when the oracle passes, as before, and made
+    again in order (raising what they raised) if making them ahead failed."""
     result = _OracleChecks()
     solution = directory / "solution"
     shutil.copytree(bundle.solution_path.parent, solution)
@@ -111,12 +123,18 @@ def _run_oracle(sandbox: Sandbox, bundle: TaskBundle, directory: Path, workspace
     )
     if outcome.timed_out:
         result.reasons.append(f"oracle solution timed out after {ORACLE_LIMITS.wall_seconds:.0f}s")
+        result.untouched_verdict = run_verifier(sandbox, bundle, untouched)
         return result
     if outcome.exit_code != 0:
         tail = (outcome.output.strip().splitlines() or ["no output"])[-1][:200]
         result.reasons.append(f"oracle solution exited with code {outcome.exit_code}: {tail}")
+        result.untouched_verdict = run_verifier(sandbox, bundle, untouched)
         return result
-    verdicts = [run_verifier(sandbox, bundle, workspace) for _ in range(3)]
+    wrongs = _wrong_deliverables(sandbox, bundle, directory, workspace)
+    judged = [(name, path, change) for name, path, change in wrongs or [] if change is not None]
+    verdicts = run_verifiers(sandbox, bundle, [workspace] * 3 + [path for _, path, _ in judged] + [untouched])
+    result.untouched_verdict = verdicts[-1]
+    verdicts, wrong_verdicts = verdicts[:3], verdicts[3:-1]
     verdict = verdicts[0]
     if verdict.status == "error":
         result.reasons.append(f"verifier error on the oracle workspace: {verdict.error}")
@@ -131,14 +149,19 @@ def _run_oracle(sandbox: Sandbox, bundle: TaskBundle, directory: Path, workspace
         return result
     result.passed = True
     result.wrong_deliverables_failed = True
-    checks = bundle.answer()["checks"]
-    for name, make in (("empty", _empty_deliverables), ("perturbed", _perturb_deliverable)):
-        wrong = directory / name
-        copy_tree_safely(workspace, wrong)
-        change = make(wrong, checks, sandbox)
-        if change is None:
-            continue  # nothing of this kind to try on this task (e.g. no file deliverable)
-        wrong_verdict = run_verifier(sandbox, bundle, wrong)
+    if wrongs is None:  # making them ahead failed: make and judge them one by one, as before
+        checks = bundle.answer()["checks"]
+        judged, wrong_verdicts = [], []
+        for name, make in _wrong_kinds():
+            wrong = directory / name
+            shutil.rmtree(wrong, ignore_errors=True)
+            copy_tree_safely(workspace, wrong)
+            change = make(wrong, checks, sandbox)
+            if change is None:
+                continue
+            judged.append((name, wrong, change))
+            wrong_verdicts.append(run_verifier(sandbox, bundle, wrong))
+    for (name, _, change), wrong_verdict in zip(judged, wrong_verdicts):
         if wrong_verdict.status == "error":
             result.reasons.append(f"verifier error on a {name} deliverable ({change}): {wrong_verdict.error}")
             result.wrong_deliverables_failed = False
@@ -146,6 +169,27 @@ def _run_oracle(sandbox: Sandbox, bundle: TaskBundle, directory: Path, workspace
             result.reasons.append(f"the verifier passes a {name} deliverable: {change}")
             result.wrong_deliverables_failed = False
     return result
+
+
+def _wrong_deliverables(sandbox: Sandbox, bundle: TaskBundle, directory: Path,
+                        workspace: Path) -> list[tuple[str, Path, str | None]] | None:
+    """(name, copy of the oracle's workspace made wrong, what changed or None
+    when there was nothing of that kind to change) for the empty and the
+    perturbed deliverables; None when making them failed."""
+    made = []
+    try:
+        checks = bundle.answer()["checks"]
+        for name, make in _wrong_kinds():
+            wrong = directory / name
+            copy_tree_safely(workspace, wrong)
+            made.append((name, wrong, make(wrong, checks, sandbox)))
+    except Exception:  # an answer key the verifier may yet reject; raised again if it passes the oracle
+        return None
+    return made
+
+
+def _wrong_kinds() -> tuple[tuple[str, Callable[[Path, list[dict], Sandbox], str | None]], ...]:
+    return (("empty", _empty_deliverables), ("perturbed", _perturb_deliverable))
 
 
 def _empty_deliverables(workspace: Path, checks: list[dict], sandbox: Sandbox) -> str | None:
