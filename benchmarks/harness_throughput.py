@@ -8,16 +8,17 @@ recorded episode: two looks around, the task's oracle command, `submit`. The
 oracle's commands make every reward 1, which the benchmark checks: a harness
 that got faster by judging wrongly fails here. Reported per number of harness
 threads (`AgentSettings.harness_workers`): rollouts a second, wall and CPU
-milliseconds of harness per turn, and the CPU seconds of a whole episode;
-then the CPU of one verification and of one command, from which
-docs/harness.md works out a paper-scale round's core-hours.
+milliseconds of harness per turn, and the CPU seconds of a whole episode
+(the machine's, so run it on a quiet one); then the CPU of one verification
+and of one command, from which docs/harness.md works out a paper-scale
+round's core-hours.
 
     python -m benchmarks.harness_throughput
 """
 
 from __future__ import annotations
 
-import resource
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -81,9 +82,14 @@ class ScriptedSession(PolicySession):
 
 
 def cpu_seconds() -> float:
-    """CPU time of this process and of its waited-for children (the sandboxes)."""
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    """Busy CPU time of the whole machine (/proc/stat: every state but idle
+    and iowait). A sandbox's cost is mostly the kernel's (namespaces, mounts,
+    cgroups), much of it outside any process this one waits for, so its own
+    and its children's rusage miss most of it; run on a quiet machine."""
+    with open("/proc/stat", encoding="ascii") as stat:
+        fields = [int(x) for x in stat.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def measure(
