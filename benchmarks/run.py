@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from benchmarks import (
+    harness_throughput,
     rollout_throughput,
     round_phases,
     sandbox_overhead,
@@ -64,8 +65,11 @@ def main() -> None:
     run("sequential_rollouts",
         "validating 48 level-0 candidates with all 8 rollouts and in waves, on the embedded model",
         sequential_rollouts.measure)
+    run("harness_throughput", "the harness alone: the oracle's episodes with a scripted policy, 1, 2 and 4 threads",
+        harness_throughput.measure)
     run("rollout_throughput",
-        "rolling out 8 level-0 tasks x 8 on the embedded model, 64 sequences a call and then 1 (a few minutes)",
+        "rolling out 48 level-0 tasks x 8 on the embedded model, 64 sequences a call, then each task's first "
+        "sample one a call (several minutes)",
         rollout_throughput.measure)
     run("round_phases", "materializing one small round (24 candidates) and reading its cost ledger (several minutes)",
         round_phases.measure)

@@ -1,11 +1,13 @@
 """The agent loop, mini-swe-agent style: each assistant turn is one fenced bash
-command, run in a fresh sandbox process on the rollout's own workspace; the
+command, run in the rollout's sandbox episode on its own workspace; the
 episode ends on `submit` or at the turn limit; then the verifier scores the
 final workspace in a sandbox of its own.
 
 Rollouts of many tasks and samples are batched through the policy, and every
 token is recorded as sampled (token-in/token-out) with an action mask, so
-training never re-tokenizes and observation tokens are never trained on.
+training never re-tokenizes and observation tokens are never trained on. The
+harness's work (workspaces, commands, verifiers) runs on threads beside the
+sampler, each rollout's as soon as its reply is final (docs/harness.md).
 """
 
 from __future__ import annotations
