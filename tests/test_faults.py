@@ -42,7 +42,7 @@ TIME_COLUMNS = {"tasks": {"seconds"}, "cost_ledger": {"wall_seconds", "cpu_secon
 # A run worker: the cheap front of one round through dg.materialize on the
 # persistent instance under $DAGSTER_HOME (as `clawloop run` uses it).
 FRONT_WORKER = """
-import json, sys
+import json, os, sys, time
 import dagster as dg
 from clawloop_assets.cli import prepare_dagster_home, why_stopped
 from clawloop_assets.definitions import round_assets
@@ -54,6 +54,19 @@ from resources.training_launcher import SubprocessTrainingLauncher
 from resources.warehouse import DuckDBWarehouse
 
 key = sys.argv[1]
+gate = sys.argv[2] if len(sys.argv) > 2 else ""
+
+
+# The real sandbox, whose commands wait until the gate file exists: the run
+# stays under way, at its first sandboxed step, for as long as a test needs.
+class GatedSandbox(BubblewrapSandbox):
+    def run(self, *args, **kwargs):
+        deadline = time.monotonic() + 180
+        while not os.path.exists(gate) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return super().run(*args, **kwargs)
+
+
 prepare_dagster_home()
 with dg.DagsterInstance.get() as instance:
     if not instance.has_dynamic_partition("rounds", key):
@@ -61,7 +74,8 @@ with dg.DagsterInstance.get() as instance:
     result = dg.materialize(
         round_assets, partition_key=key, instance=instance, raise_on_error=False,
         selection=dg.AssetSelection.assets("agent_free_validation").upstream(),
-        resources={"policy": EmbeddedPolicyModel(), "sandbox": BubblewrapSandbox(), "warehouse": DuckDBWarehouse(),
+        resources={"policy": EmbeddedPolicyModel(), "sandbox": GatedSandbox() if gate else BubblewrapSandbox(),
+                   "warehouse": DuckDBWarehouse(),
                    "training_launcher": SubprocessTrainingLauncher(), "loop": LoopConfig(candidates_per_round=13)})
     print("RESULT " + json.dumps({"run_id": result.run_id, "success": result.success,
                                   "why": None if result.success else why_stopped(result)}), flush=True)
@@ -73,9 +87,10 @@ def worker_env(home: Path) -> dict:
             "DAGSTER_HOME": str(home / "dagster"), "OMP_WAIT_POLICY": "PASSIVE", "PYTHONPATH": str(REPO)}
 
 
-def start_front(home: Path, key: str = ROUND) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", FRONT_WORKER, key], cwd=REPO, env=worker_env(home),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def start_front(home: Path, key: str = ROUND, gate: Path | None = None) -> subprocess.Popen:
+    """The front's worker; with `gate`, its sandboxed commands wait until that file exists."""
+    return subprocess.Popen([sys.executable, "-c", FRONT_WORKER, key, *([str(gate)] if gate else [])], cwd=REPO,
+                            env=worker_env(home), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def finish(worker: subprocess.Popen, timeout: float = 240) -> dict:
@@ -198,13 +213,17 @@ def test_a_run_worker_killed_mid_asset_is_rerun_without_duplicates_or_partial_ro
 @pytest.mark.slow  # a front run is 20-60 s here
 def test_two_runs_at_once_one_is_refused_and_nothing_corrupts(tmp_path, reference):
     home = tmp_path / "home"
-    first = start_front(home)
+    # The first run holds at its first sandboxed command until the second is
+    # done: however fast the front gets, the two overlap.
+    gate = tmp_path / "release-the-first-run"
+    first = start_front(home, gate=gate)
     # The second starts once the first is under way (writing its generators).
     first_run = wait_for("the first run's task_generators", lambda: step_started(home, "task_generators"), first)
     second = finish(start_front(home))
     assert not second["success"], f"both runs wrote the warehouse at once (the first still running: {first.poll() is None})"
     assert first.poll() is None, "the first run ended before the second was refused: nothing was concurrent"
     assert f"is in use by run {first_run} ({ROUND}, pid {first.pid}" in second["why"], second["why"]
+    gate.touch()
     winner = finish(first)
     assert winner["success"], winner["why"]
     assert round_fingerprint(home) == reference[1]
