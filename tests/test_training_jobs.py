@@ -28,9 +28,9 @@ from resources.training_launcher import (
 from training_jobs.configs import GRPOJobConfig, SFTJobConfig
 from training_jobs.grpo import train_grpo
 from training_jobs.job_io import run_job, standalone_result_path
-from training_jobs.policy_gradient import token_logprobs
+from training_jobs.policy_gradient import MIN_SHARED_PREFIX_TOKENS, shared_prefix_length, token_logprobs
 from training_jobs.sft import train_sft
-from training_jobs.trajectories import load_trajectories, pad_batch
+from training_jobs.trajectories import load_trajectories, pad_batch, parse_trajectory
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 torch.set_num_threads(1)  # two shared cores; the model is tiny
@@ -57,6 +57,44 @@ def test_token_logprobs_match_full_log_softmax_at_temperature(base_checkpoint, e
     assert torch.allclose(got[actions], expected[actions], atol=1e-5)
     assert torch.all(got[~actions] == 0)
 
+
+
+def test_token_logprobs_share_a_common_prefix_exactly(base_checkpoint):
+    """Rows that open with the same tokens (every rollout's system prompt) run
+    them once; the log-probs and the gradient are those of each row alone."""
+    model = LlamaForCausalLM.from_pretrained(base_checkpoint)
+    g = torch.Generator().manual_seed(7)
+    prefix = torch.randint(1, 128, (MIN_SHARED_PREFIX_TOKENS + 4,), generator=g).tolist()
+    rows = []
+    for i, (prompt, actions) in enumerate([(6, 5), (2, 9), (12, 3)]):  # different lengths: padding included
+        ids = prefix + torch.randint(1, 128, (prompt + actions,), generator=g).tolist()
+        mask = [0] * (len(prefix) + prompt) + [1] * actions
+        rows.append(parse_trajectory({"rollout_id": f"r{i}", "group_id": "g", "reward": 1.0, "token_ids": ids,
+                                      "action_mask": mask, "sampling_logprobs": [0.0] * len(ids),
+                                      "temperature": 0.7}, f"r{i}"))
+
+    def loss_and_grads(trajectories):
+        model.zero_grad()
+        padded = pad_batch(trajectories)
+        logprobs = token_logprobs(model, padded.input_ids, padded.attention_mask, padded.temperature,
+                                  padded.target_action_mask)
+        (logprobs * padded.target_action_mask).sum().backward()
+        return logprobs.detach(), [p.grad.clone() for p in model.parameters()]
+
+    padded = pad_batch(rows)
+    keep = torch.zeros(padded.input_ids.shape, dtype=torch.bool)
+    keep[:, :-1] = padded.target_action_mask > 0
+    assert shared_prefix_length(padded.input_ids, padded.attention_mask, keep) == len(prefix)
+    batched, batched_grads = loss_and_grads(rows)
+    alone_grads = None
+    for row, trajectory in enumerate(rows):  # one row: no second row to share with, the plain forward
+        logprobs, grads = loss_and_grads([trajectory])
+        width = logprobs.shape[1]
+        assert torch.allclose(batched[row, :width], logprobs[0], atol=1e-5)
+        assert torch.all(batched[row, width:] == 0)
+        alone_grads = grads if alone_grads is None else [a + b for a, b in zip(alone_grads, grads)]
+    for batched_grad, alone_grad in zip(batched_grads, alone_grads):
+        assert torch.allclose(batched_grad, alone_grad, atol=1e-5, rtol=1e-4)
 
 def test_sft_job_standalone(base_checkpoint, examples, tmp_path):
     output = tmp_path / "sft"

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import torch
+from transformers import DynamicCache
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,10 @@ def group_advantages(rewards: Sequence[float], group_ids: Sequence[str], eps: fl
     return GroupAdvantages(advantages, informative, len(members), skipped)
 
 
+# Below this many shared tokens a separate pass for them saves less than it costs.
+MIN_SHARED_PREFIX_TOKENS = 32
+
+
 def token_logprobs(
     model, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: torch.Tensor, target_mask: torch.Tensor
 ) -> torch.Tensor:
@@ -61,16 +66,52 @@ def token_logprobs(
     Only those positions go through the vocabulary head (`logits_to_keep` as a
     boolean mask): observation tokens, often most of a trajectory, never get
     [vocab]-sized logits, which is most of the memory of a step.
+
+    The tokens every row starts with, up to the first target of any row (the
+    system prompt and worked examples every rollout opens with), go through
+    the model once; the rows continue from their keys and values. It is the
+    same function, up to float rounding, and its gradient reaches the shared
+    tokens' activations from every row.
     """
     batch, length = input_ids.shape
     keep = torch.zeros((batch, length), dtype=torch.bool, device=input_ids.device)
     keep[:, :-1] = target_mask > 0
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep).logits.float()  # [N, V]
+    shared = shared_prefix_length(input_ids, attention_mask, keep)
+    if batch > 1 and shared >= MIN_SHARED_PREFIX_TOKENS and not getattr(model, "is_activation_checkpointing", False):
+        cache = DynamicCache(config=model.config)
+        model(input_ids=input_ids[:1, :shared], cache=cache, use_cache=True, logits_to_keep=1)
+        for layer in cache.layers:  # views, not copies: one prefix for every row
+            layer.keys = layer.keys.expand(batch, -1, -1, -1)
+            layer.values = layer.values.expand(batch, -1, -1, -1)
+        positions = torch.arange(shared, length, device=input_ids.device)[None].expand(batch, -1)
+        logits = model(input_ids=input_ids[:, shared:], attention_mask=attention_mask, position_ids=positions,
+                       cache=cache, use_cache=True, logits_to_keep=keep[:, shared:]).logits
+    else:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep).logits
+    logits = logits.float()  # [N, V]
     logits = logits / temperature.to(logits)[:, None].expand(batch, length)[keep][:, None]
     targets = input_ids[:, 1:][keep[:, :-1]]
     # gather - logsumexp rather than a full log_softmax: one fewer [N, V] tensor.
     picked = torch.gather(logits, -1, targets[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
     return torch.zeros((batch, length - 1), dtype=picked.dtype, device=picked.device).masked_scatter(keep[:, :-1], picked)
+
+
+def shared_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor, keep: torch.Tensor) -> int:
+    """How many leading tokens every row has in common and needs no logits
+    for: the common prefix of the rows' real tokens, cut at the first position
+    of any row that `keep` marks.
+
+    >>> ids = torch.tensor([[5, 6, 7, 8], [5, 6, 9, 0]])
+    >>> shared_prefix_length(ids, torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]]), torch.zeros(2, 4, dtype=torch.bool))
+    2
+    >>> keep = torch.tensor([[False, True, False, False], [False, False, True, False]])
+    >>> shared_prefix_length(ids, torch.ones(2, 4, dtype=torch.long), keep)
+    1
+    """
+    same = ((input_ids == input_ids[:1]) & (attention_mask > 0)).all(0)
+    common = int(same.long().cumprod(0).sum())
+    kept = keep.any(0).nonzero()
+    return min(common, int(kept[0])) if len(kept) else common
 
 
 @dataclass(frozen=True)
