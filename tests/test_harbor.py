@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from clawloop_assets.cli import main
+from clawloop_assets.evaluation.fixed_set import imported_tasks
 from clawloop_assets.harbor.task_format import (
     MANIFEST_NAME,
     HarborTaskError,
     export_harbor_task,
     import_harbor_task,
 )
-from clawloop_assets.evaluation.fixed_set import imported_tasks
 from clawloop_assets.harness.agent_loop import AgentSettings, run_rollouts
 from clawloop_assets.harness.verification import run_verifier
 from clawloop_assets.task_bundle import TaskBundle, load_task_bundle

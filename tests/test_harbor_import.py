@@ -13,6 +13,7 @@ from clawloop_assets.harbor.task_format import (
     _parse_dockerfile,
     harbor_verifier_mounts,
     import_harbor_task,
+    task_memory_bytes,
 )
 from clawloop_assets.harbor.toolchain import ensure_toolchain
 from clawloop_assets.harness.verification import run_verifier
@@ -143,6 +144,7 @@ def test_task_memory_reaches_the_sandbox_and_a_missing_wheel_is_named(sandbox, t
     scratch.mkdir()
     _, limits = harbor_verifier_mounts(bundle, bundle.environment_dir, scratch)
     assert limits.memory_bytes == 3 << 30 and limits.wall_seconds == 40.0
+    assert task_memory_bytes(bundle, 1 << 30) == 3 << 30  # the agent's commands too
 
     ensure_toolchain()
     test_sh = STANDARD_TEST_SH.replace("-w pytest==8.4.1", "-w pytest==8.4.1 -w clawloop-absent==1.0")

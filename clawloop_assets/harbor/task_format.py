@@ -63,7 +63,7 @@ trustworthy as their test.sh makes them.
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import json
 import os
 import re
@@ -79,9 +79,9 @@ from typing import Any
 
 import polars as pl
 
+from clawloop_assets.harbor.toolchain import TOOLCHAIN_ENV, TOOLCHAIN_MOUNT, TOOLCHAIN_PATH, Toolchain, load_toolchain
 from clawloop_assets.round_state import require_rows
 from clawloop_assets.task_bundle import TaskBundle, TaskBundleError, load_task_bundle, write_task_toml
-from clawloop_assets.harbor.toolchain import TOOLCHAIN_ENV, TOOLCHAIN_MOUNT, TOOLCHAIN_PATH, Toolchain, load_toolchain
 from resources.paths import staged_directory
 from resources.sandbox import (
     VERIFIER_UID,
@@ -1118,6 +1118,22 @@ def _write_bundle(staging: Path, src: Path, task_id: str, instruction: str, conf
         for name in filenames:
             file = Path(dirpath) / name
             os.chmod(file, (file.stat().st_mode & 0o777) | 0o644)
+
+
+@functools.lru_cache(maxsize=1024)
+def _memory_of(answer_path: str, mtime_ns: int) -> int | None:
+    check = next((c for c in json.loads(Path(answer_path).read_text(encoding="utf-8")).get("checks") or []
+                  if c.get("type") == CHECK_TYPE), None)
+    return int(check["memory_bytes"]) if check and "memory_bytes" in check else None
+
+
+def task_memory_bytes(bundle: TaskBundle, default: int) -> int:
+    """The memory an agent's command may use on `bundle`: an imported
+    Harbor task's own (task.toml `memory`), else `default`."""
+    if bundle.capability != HARBOR_CAPABILITY:
+        return default
+    memory = _memory_of(str(bundle.answer_path), bundle.answer_path.stat().st_mtime_ns)
+    return memory or default
 
 
 def harbor_limits(check: dict, wall_seconds: float) -> SandboxLimits:
