@@ -31,7 +31,7 @@ def reason_group(reason: str, root: Path) -> str:
     text = re.sub(r"^[\w.-]+/", "", text)  # the task's directory
     text = re.sub(r"^([\w./-]+?)(:\d+)?( \(.*?\))?: ", lambda m: f"{m.group(1)}: ", text)
     text = re.sub(r"`[^`]*`", "`…`", text)
-    text = re.sub(r"'[^']*'", "'…'", text)
+    text = re.sub(r"(?<=[\s(])'[^']*'", "'…'", text)
     text = re.sub(r"\(last output: .*", "", text)
     text = re.sub(r"\d+(\.\d+)? s\b", "N s", text)
     return text.strip()[:110]
