@@ -54,6 +54,9 @@ def setup() -> None:
 
     BubblewrapSandbox()._bwrap()  # raises with the fix when bubblewrap is missing
     print(f"base model: {ensure_base_model(paths.model_cache_dir())}")
+    from clawloop_assets.harbor.toolchain import ensure_toolchain
+
+    print(f"harbor toolchain: {ensure_toolchain().root}")
     print(f"dagster home: {prepare_dagster_home()}")
 
 
@@ -306,6 +309,9 @@ def main(argv: list[str] | None = None) -> None:
     harbor_import.add_argument("--sandbox", choices=["bubblewrap", "docker"],
                                default=environment.given(SANDBOX, "bubblewrap"),
                                help="the sandbox the tasks will run in, probed for what they need")
+    harbor_import.add_argument("--oracle-timeout", type=float, default=None,
+                               help="seconds each task's oracle may run while it is validated "
+                                    "(default: the task's agent timeout, at most 600)")
     harbor_export = commands.add_parser("harbor-export", help="write a round's admitted tasks in the Harbor task format")
     harbor_export.add_argument("--round", required=True, help="round key, e.g. round-0001")
     harbor_export.add_argument("--out", type=Path, required=True, help="a directory that does not exist yet")
@@ -321,7 +327,8 @@ def main(argv: list[str] | None = None) -> None:
 
         sandbox = DockerSandbox() if args.sandbox == "docker" else BubblewrapSandbox()
         try:
-            results, manifest = import_harbor_directory(args.src, args.dest or paths.evaluation_imports_dir(), sandbox)
+            results, manifest = import_harbor_directory(args.src, args.dest or paths.evaluation_imports_dir(), sandbox,
+                                                        oracle_timeout_s=args.oracle_timeout)
         except HarborTaskError as exc:
             raise SystemExit(f"clawloop harbor-import: {exc}") from None
         print(render_import_table(results), end="")

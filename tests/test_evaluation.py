@@ -22,6 +22,7 @@ from clawloop_assets.evaluation.fixed_set import (
     planned_tasks,
     wilson_interval,
 )
+from clawloop_assets.harbor.task_format import MANIFEST_NAME
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.partitions import round_key
 from clawloop_assets.synthesis.candidates import build_candidate, candidate_assignments, task_id_for, write_generator
@@ -98,14 +99,26 @@ def test_imported_bundles_join_the_set_and_a_malformed_one_is_named(clawloop_hom
     build = build_candidate(sandbox, write_generator(spec, clawloop_home / "gen"), spec, 7, "harbor", imports)
     assert build.ok, build.error
     (imports / ".staging-half-written").mkdir()  # an import in progress is not a task yet
+    # Not validated by an import (no manifest lists it): named, never loaded silently.
+    with pytest.raises(EvaluationSetError, match="was not validated by `clawloop harbor-import`"):
+        evaluation_tasks(sandbox, SMALL_SET)
+    task_id = "harbor." + spec.generator_id + ".s7"
+    row = {"task_id": task_id, "runnable": True, "sha256": bundle_digest(imports / task_id)}
+    (imports / MANIFEST_NAME).write_text(json.dumps({"runnable": [row], "not_runnable": []}))
     _, tasks = evaluation_tasks(sandbox, SMALL_SET)
     imported = [t for t in tasks if t.source == "imported"]
     assert [(t.task_id, t.capability) for t in imported] == [("harbor." + spec.generator_id + ".s7", "log_analysis")]
     assert len(tasks) == len(own) + 1
 
-    (imports / "broken-task").mkdir()
+    # Changed since it was validated: named.
+    (imports / task_id / "instruction.md").write_text("something else")
+    with pytest.raises(EvaluationSetError, match="changed since `clawloop harbor-import` validated it"):
+        evaluation_tasks(sandbox, SMALL_SET)
+    (imports / task_id).rename(imports / "broken-task")
     (imports / "broken-task" / "task.toml").write_text("[task]\n")
-    with pytest.raises(EvaluationSetError, match="imported evaluation task broken-task is malformed: .*missing file"):
+    row.update(task_id="broken-task", sha256=bundle_digest(imports / "broken-task"))
+    (imports / MANIFEST_NAME).write_text(json.dumps({"runnable": [row], "not_runnable": []}))
+    with pytest.raises(EvaluationSetError, match="imported evaluation task broken-task is malformed: .*task.toml"):
         evaluation_tasks(sandbox, SMALL_SET)
 
 

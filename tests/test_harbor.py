@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from clawloop_assets.cli import main
+from clawloop_assets.evaluation.fixed_set import imported_tasks
 from clawloop_assets.harbor.task_format import (
     MANIFEST_NAME,
     HarborTaskError,
@@ -46,6 +47,18 @@ def imported(sandbox, src: Path, tmp_path: Path) -> TaskBundle:
     result = import_harbor_task(src, tmp_path / "imported", sandbox)
     assert result.runnable, result.reasons
     return load_task_bundle(result.bundle_dir)
+
+
+def with_test_sh(bundle: TaskBundle, text: str, timeout_s: float | None = None) -> TaskBundle:
+    """A validated import with its tests replaced afterwards: what a verifier
+    must make of a test.sh that no import would admit (one that never gives
+    a valid reward)."""
+    (bundle.tests_dir / "test.sh").write_text(f"#!/bin/bash\n{text}\n")
+    if timeout_s is not None:
+        answer = json.loads(bundle.answer_path.read_text())
+        answer["checks"][0]["timeout_s"] = timeout_s
+        bundle.answer_path.write_text(json.dumps(answer))
+    return bundle
 
 
 def harbor_copy(tmp_path: Path, src: Path = RUNNABLE, name: str | None = None) -> Path:
@@ -88,11 +101,7 @@ def test_imported_task_scores_its_oracle_1_and_the_untouched_workspace_0(sandbox
 def test_a_test_sh_without_a_valid_reward_scores_zero_with_the_reason(sandbox, tmp_path, test_sh, expected):
     """test.sh may run the agent's code, which can cause each of these: a
     zero, never an error that would exclude the rollout."""
-    src = harbor_copy(tmp_path)
-    (src / "tests" / "test.sh").write_text(f"#!/bin/bash\n{test_sh}\n")
-    toml = src / "task.toml"
-    toml.write_text(toml.read_text().replace("timeout_sec = 30.0", "timeout_sec = 2.0"))
-    bundle = imported(sandbox, src, tmp_path)
+    bundle = with_test_sh(imported(sandbox, RUNNABLE, tmp_path), test_sh, timeout_s=2.0)
     verdict = run_verifier(sandbox, bundle, fresh_workspace(bundle, tmp_path))
     assert (verdict.status, verdict.reward) == ("scored", 0.0), verdict.error
     assert expected in verdict.checks[0]["detail"]
@@ -110,15 +119,12 @@ def test_copy_of_the_whole_context_and_of_a_glob_are_replayed(sandbox, tmp_path)
 
 
 def test_a_partial_or_json_reward_is_read_and_only_a_full_reward_passes(sandbox, tmp_path):
-    src = harbor_copy(tmp_path)
-    (src / "tests" / "test.sh").write_text("#!/bin/bash\necho 0.5 > /logs/verifier/reward.txt\n")
-    bundle = imported(sandbox, src, tmp_path)
+    bundle = with_test_sh(imported(sandbox, RUNNABLE, tmp_path), "echo 0.5 > /logs/verifier/reward.txt")
     verdict = run_verifier(sandbox, bundle, fresh_workspace(bundle, tmp_path))
     assert (verdict.status, verdict.reward) == ("scored", 0.0)
     assert "says 0.5" in verdict.checks[0]["detail"] and "partial credit" in verdict.checks[0]["detail"]
 
-    (src / "tests" / "test.sh").write_text("#!/bin/bash\necho '{\"reward\": 1}' > /logs/verifier/reward.json\n")
-    bundle = imported(sandbox, src, tmp_path)
+    bundle = with_test_sh(bundle, "echo '{\"reward\": 1}' > /logs/verifier/reward.json")
     verdict = run_verifier(sandbox, bundle, fresh_workspace(bundle, tmp_path, "again"))
     assert (verdict.status, verdict.reward) == ("scored", 1.0)
 
@@ -145,19 +151,14 @@ def test_a_tampered_workdir_in_the_answer_key_is_a_verifier_error(sandbox, tmp_p
 
 def test_a_crashing_test_sh_fails_its_own_oracle_so_the_task_is_refused(sandbox, tmp_path):
     """A crash of test.sh scores 0 (agent code it runs could cause one), so a
-    task whose tests crash whatever the workspace fails agent-free validation
-    on its own oracle, with the crash in the reason."""
-    from clawloop_assets.validation.agent_free import validate_without_agent
-
-    bundle = imported(sandbox, HARBOR_TASKS / "crashing-verifier", tmp_path)
-    workspace = fresh_workspace(bundle, tmp_path)
-    run_oracle(sandbox, bundle, workspace)
-    verdict = run_verifier(sandbox, bundle, workspace)
-    assert (verdict.status, verdict.reward) == ("scored", 0.0)
-    detail = verdict.checks[0]["detail"]
-    assert "tests/test.sh exited with code 2" in detail and "check_greeting.py" in detail
-    result = validate_without_agent(sandbox, bundle, tmp_path / "scratch")
-    assert not result.passed and "oracle solution fails its verifier" in result.reason
+    task whose tests crash whatever the workspace fails its own oracle at
+    import, with the crash in the reason, and no bundle is written."""
+    src = HARBOR_TASKS / "crashing-verifier"
+    result = import_harbor_task(src, tmp_path / "imported", sandbox)
+    assert not result.runnable and result.bundle_dir is None and not (tmp_path / "imported" / "crashing-verifier").exists()
+    (reason,) = result.reasons
+    assert reason.startswith(f"{src / 'tests' / 'test.sh'}: the oracle's workspace fails the task's own tests")
+    assert "tests/test.sh exited with code 2" in reason and "check_greeting.py" in reason
 
 
 def test_a_task_needing_a_package_we_lack_is_not_runnable_with_the_reason(sandbox, tmp_path):
@@ -165,13 +166,14 @@ def test_a_task_needing_a_package_we_lack_is_not_runnable_with_the_reason(sandbo
     result = import_harbor_task(src, tmp_path / "imported", sandbox)
     assert not result.runnable and result.bundle_dir is None
     assert result.reasons == (f"{src / 'environment' / 'Dockerfile'}:3 (pip install numpy==1.26.4): "
-                              "our sandbox lacks the Python module 'numpy'",)
+                              "our sandbox's python3 lacks the distribution 'numpy'",)
     assert not (tmp_path / "imported" / "needs-numpy").exists()
 
 
 @pytest.mark.parametrize(("edit", "expected"), [
     (("environment/Dockerfile", "grep && \\", "grep clawloop-absent-tool && \\"),
-     "Dockerfile:3 (apt-get install clawloop-absent-tool): our sandbox lacks the command 'clawloop-absent-tool'"),
+     "Dockerfile:3 (apt-get install clawloop-absent-tool): the apt package 'clawloop-absent-tool' is not installed "
+     "in our sandbox"),
     (("environment/Dockerfile", "FROM python:3.11-slim", "FROM nvidia/cuda:12.4.1-runtime-ubuntu22.04"),
      "base image 'nvidia/cuda:12.4.1-runtime-ubuntu22.04' is not one whose tools we can check for"),
     (("environment/Dockerfile", "COPY README.txt .", "COPY README.txt /etc/motd"),
@@ -181,8 +183,12 @@ def test_a_task_needing_a_package_we_lack_is_not_runnable_with_the_reason(sandbo
     (("environment/Dockerfile", "WORKDIR /app", "WORKDIR /etc"),
      "Dockerfile: WORKDIR /etc is a system path or one of our sandbox's mount points"),
     (("task.toml", "cpus = 1", "cpus = 1\ngpus = 1"), "task.toml: [environment] gpus = 1; our sandbox has no GPU"),
-    (("tests/test.sh", "python3 /tests", "curl -LsSf https://astral.sh/uv/install.sh | sh\npython3 /tests"),
-     "tests/test.sh: `curl -LsSf https://astral.sh/uv/install.sh | sh` needs the network"),
+    (("tests/test.sh", "python3 /tests", "curl -sSfO https://example.com/expected.csv\npython3 /tests"),
+     "tests/test.sh:3: `curl -sSfO https://example.com/expected.csv` needs the network"),
+    (("tests/test.sh", "python3 /tests", "uvx -w numpy==1.26.4 pytest /tests\npython3 /tests"),
+     "tests/test.sh:3: uv requirement 'numpy==1.26.4' is not in the offline wheelhouse"),
+    (("solution/solve.sh", "#!/bin/bash", "#!/bin/bash\npip install ruff"), "solution/solve.sh: `pip install ruff` needs the network"),
+    (("task.toml", "memory_mb = 2048", "memory = '64T'"), "task.toml: [environment] memory of 67108864 MiB is more"),
 ])
 def test_environment_needs_our_sandbox_cannot_meet_are_reported(sandbox, tmp_path, edit, expected):
     src = harbor_copy(tmp_path)
@@ -218,15 +224,19 @@ def test_cli_imports_a_directory_listing_every_task_and_writes_the_manifest(sand
     main(["harbor-import", str(src)])
     out = capsys.readouterr().out
     dest = paths.evaluation_imports_dir()
-    assert "2 runnable, 2 not runnable here" in out
-    assert "needs-numpy" in out and "numpy" in out and "no-instruction" in out
+    assert "1 runnable (imported and validated), 3 not runnable here" in out
+    assert "needs-numpy" in out and "numpy" in out and "no-instruction" in out and "crashing-verifier" in out
     manifest = json.loads((dest / MANIFEST_NAME).read_text())
-    assert [r["task_id"] for r in manifest["runnable"]] == ["count-error-lines", "crashing-verifier"]
-    assert [r["task_id"] for r in manifest["not_runnable"]] == ["needs-numpy", "no-instruction"]
-    assert manifest["not_runnable"][1]["reasons"][0].startswith(f"malformed: {src / 'no-instruction' / 'instruction.md'}")
-    # What the evaluation set will do: every bundle directory there loads.
-    bundles = sorted(load_task_bundle(p).task_id for p in dest.iterdir() if p.is_dir())
-    assert bundles == ["count-error-lines", "crashing-verifier"]
+    assert [r["task_id"] for r in manifest["runnable"]] == ["count-error-lines"]
+    assert [r["task_id"] for r in manifest["not_runnable"]] == ["crashing-verifier", "needs-numpy", "no-instruction"]
+    assert manifest["not_runnable"][2]["reasons"][0].startswith(f"malformed: {src / 'no-instruction' / 'instruction.md'}")
+    # What the evaluation set will do: load the validated bundles, only those.
+    assert [t.task_id for t in imported_tasks()] == ["count-error-lines"]
+    # A second import into the same place keeps the first's validated tasks.
+    (src / "count-error-lines").rename(tmp_path / "elsewhere")
+    main(["harbor-import", str(src)])
+    manifest = json.loads((dest / MANIFEST_NAME).read_text())
+    assert [r["task_id"] for r in manifest["runnable"]] == ["count-error-lines"]
 
 
 def test_export_then_import_round_trip_of_a_generated_task(sandbox, clawloop_home, tmp_path, capsys):

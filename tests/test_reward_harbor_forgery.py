@@ -47,13 +47,19 @@ def sandbox(request):
 
 
 def bundle_with(tmp_path: Path, tail: str):
+    """The task with these tests, imported (its oracle writes the honest
+    run.sh), then given `tail`: a tail such as `exit 3` fails every run,
+    which no import would admit, but a verifier must still score."""
     src = Path(shutil.copytree(RUNNABLE, tmp_path / "src" / RUNNABLE.name))
-    (src / "tests" / "test.sh").write_text(TEST_SH.format(tail=tail))
+    (src / "tests" / "test.sh").write_text(TEST_SH.format(tail=""))
+    (src / "solution" / "solve.sh").write_text("#!/bin/bash\necho 'echo 3 > error_count.txt' > run.sh\n")
     toml = src / "task.toml"
     toml.write_text(toml.read_text().replace("timeout_sec = 30.0", "timeout_sec = 3.0"))
     result = import_harbor_task(src, tmp_path / "imported", BubblewrapSandbox())
     assert result.runnable, result.reasons
-    return load_task_bundle(result.bundle_dir)
+    bundle = load_task_bundle(result.bundle_dir)
+    (bundle.tests_dir / "test.sh").write_text(TEST_SH.format(tail=tail))
+    return bundle
 
 
 def workspace_with(bundle, tmp_path: Path, program: str) -> Path:

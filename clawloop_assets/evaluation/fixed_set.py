@@ -250,15 +250,31 @@ def _build_all(sandbox: Sandbox, root: Path, spec: EvaluationSetSpec, planned) -
 
 
 def imported_tasks() -> list[EvaluationTask]:
-    """Every task bundle under the imports directory (none is fine); a
-    malformed one raises, naming it. Hidden entries (an import in progress) are skipped."""
+    """The validated task bundles under the imports directory (none is
+    fine): those `clawloop harbor-import` listed as runnable in its manifest,
+    byte for byte as validated. A bundle directory it did not validate, or
+    one changed since, raises naming it, never enters the set silently.
+    Hidden entries (an import in progress, the manifest) are skipped."""
+    from clawloop_assets.harbor.task_format import HarborTaskError, read_import_manifest
+
     directory = paths.evaluation_imports_dir()
     if not directory.is_dir():
         return []
+    try:
+        validated = {row["task_id"]: row for row in read_import_manifest(directory).get("runnable", [])}
+    except (HarborTaskError, KeyError, TypeError) as exc:
+        raise EvaluationSetError(f"the imports manifest in {directory} is malformed: {exc}") from exc
     tasks = []
     for path in sorted(directory.iterdir()):
         if path.name.startswith("."):
             continue
+        row = validated.get(path.name)
+        if row is None:
+            raise EvaluationSetError(f"imported evaluation task {path} was not validated by `clawloop harbor-import` "
+                                     "(its manifest does not list it as runnable): import it again or remove it")
+        if row.get("sha256") != bundle_digest(path):
+            raise EvaluationSetError(f"imported evaluation task {path} changed since `clawloop harbor-import` "
+                                     "validated it: import it again")
         try:
             bundle = load_task_bundle(path)
         except TaskBundleError as exc:

@@ -63,6 +63,7 @@ trustworthy as their test.sh makes them.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -78,6 +79,7 @@ from typing import Any
 
 import polars as pl
 
+from clawloop_assets.harbor.toolchain import TOOLCHAIN_ENV, TOOLCHAIN_MOUNT, TOOLCHAIN_PATH, Toolchain, load_toolchain
 from clawloop_assets.round_state import require_rows
 from clawloop_assets.task_bundle import TaskBundle, TaskBundleError, load_task_bundle, write_task_toml
 from resources.paths import staged_directory
@@ -89,6 +91,7 @@ from resources.sandbox import (
     SandboxError,
     SandboxLimits,
     copy_tree_safely,
+    disk_quota,
 )
 
 HARBOR_CAPABILITY = "harbor"
@@ -98,6 +101,18 @@ REWARD_DIR = "/logs/verifier"
 DEFAULT_VERIFIER_TIMEOUT_S = 120.0
 MAX_VERIFIER_TIMEOUT_S = 600.0
 MAX_COMMAND_TIMEOUT_S = 60.0
+# Harbor's defaults for a task.toml that names none.
+DEFAULT_MEMORY_BYTES = 2 << 30
+DEFAULT_STORAGE_BYTES = 10 << 30
+# The oracle's and the tests' workspace is a tmpfs (memory) while they run:
+# at most this much of a task's storage is given to it.
+MAX_WORKSPACE_BYTES = 2 << 30
+DEFAULT_ORACLE_TIMEOUT_S = 600.0
+# Harbor runs each task in a container of its own, without a process limit
+# or a small /tmp: pytest-xdist, make -j and uv's own threads need more than
+# our generated tasks do.
+HARBOR_MAX_PROCESSES = 512
+HARBOR_TMP_BYTES = 512 << 20
 IMPORTED_MAX_TURNS = 30
 EXPORT_BASE_IMAGE = "python:3.11-slim"
 EXPORT_WORKDIR = "/app"
@@ -106,9 +121,11 @@ EXPORT_WORKDIR = "/app"
 EXPORTED_VERIFIER = "clawloop_verify.py"
 
 # A WORKDIR is mounted over this path in the verifier's sandbox: never over
-# the system or the harness's own mount points.
+# the system or the harness's own mount points. /workspace is allowed: the
+# verifier's copy of the final workspace is mounted there anyway, and the
+# WORKDIR's writable copy takes its place.
 _RESERVED_ROOTS = {"", "bin", "boot", "dev", "etc", "lib", "lib64", "proc", "run", "sbin", "sys", "tmp", "usr", "var",
-                   "tests", "answer", "result", "workspace", "solution", "logs"}
+                   "tests", "answer", "result", "solution", "logs", "harbor-toolchain", "clawloop-dpkg"}
 _DIFFICULTY = {"easy": 2, "medium": 4, "hard": 7}
 # Dockerfile base images whose runtime we can tell our sandbox provides, by
 # the tool that image exists for. Any other image is not runnable here.
@@ -120,24 +137,9 @@ _BASE_IMAGE_TOOLS = (
     (re.compile(r"(^|/)rust[:\-]"), ("cargo",)),
     (re.compile(r"(^|/)(openjdk|eclipse-temurin)[:\-]"), ("java",)),
 )
-# apt packages whose binaries are not named like the package.
-_APT_BINARIES = {
-    "build-essential": ("gcc", "g++", "make"), "nodejs": ("node",), "golang": ("go",), "golang-go": ("go",),
-    "default-jdk": ("java",), "default-jre": ("java",), "procps": ("ps",), "iproute2": ("ip",),
-    "net-tools": ("netstat",), "dnsutils": ("dig",), "iputils-ping": ("ping",), "openssh-client": ("ssh",),
-    "ripgrep": ("rg",), "fd-find": ("fdfind",), "r-base": ("R",), "python3-pip": ("pip3",),
-    "python3-venv": (), "python-is-python3": ("python",), "coreutils": ("ls",), "findutils": ("find",),
-    "diffutils": ("diff",), "bsdmainutils": ("column",), "sqlite3": ("sqlite3",),
-}
-# apt packages that change nothing a sandbox without network can use.
-_APT_NOOP = {"ca-certificates", "locales", "apt-utils", "gnupg", "lsb-release", "software-properties-common"}
-_APT_PATHS = {"tzdata": "/usr/share/zoneinfo"}
-# pip distributions imported under another name.
-_PIP_MODULES = {
-    "scikit-learn": "sklearn", "pyyaml": "yaml", "beautifulsoup4": "bs4", "pillow": "PIL", "opencv-python": "cv2",
-    "opencv-python-headless": "cv2", "python-dateutil": "dateutil", "protobuf": "google.protobuf", "attrs": "attr",
-    "typing-extensions": "typing_extensions", "scikit-image": "skimage", "pytest-json-ctrf": "pytest_jsonctrf",
-}
+# apt packages that only reach the network or configure apt itself: the
+# sandbox has no network, so installing them changes nothing a task can use.
+_APT_NOOP = {"ca-certificates", "gnupg", "gpg", "apt-utils", "apt-transport-https", "software-properties-common"}
 _ENV_IGNORED = {"DEBIAN_FRONTEND", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PIP_NO_CACHE_DIR",
                 "PIP_DISABLE_PIP_VERSION_CHECK", "TERM", "LANG", "LC_ALL"}
 _IGNORED_INSTRUCTIONS = {"LABEL", "EXPOSE", "CMD", "ENTRYPOINT", "ARG", "USER", "SHELL", "MAINTAINER", "STOPSIGNAL",
@@ -158,11 +160,13 @@ class ImportResult:
     source: Path
     runnable: bool
     bundle_dir: Path | None  # None when not runnable: no bundle is written
-    reasons: tuple[str, ...] = ()  # why not runnable, or notes on a runnable one
+    reasons: tuple[str, ...] = ()  # why not runnable (empty for a runnable one)
+    adaptations: tuple[str, ...] = ()  # what differs from the task's own environment, each with its file
 
     def as_row(self) -> dict:
         return {"task_id": self.task_id, "source": str(self.source), "runnable": self.runnable,
-                "bundle_dir": str(self.bundle_dir) if self.bundle_dir else None, "reasons": list(self.reasons)}
+                "bundle_dir": str(self.bundle_dir) if self.bundle_dir else None, "reasons": list(self.reasons),
+                "adaptations": list(self.adaptations)}
 
 
 @dataclass
@@ -176,17 +180,27 @@ class _Environment:
     binaries: dict[str, str] = field(default_factory=dict)  # binary -> what asks for it
     modules: dict[str, str] = field(default_factory=dict)
     paths: dict[str, str] = field(default_factory=dict)
+    apt: dict[str, str] = field(default_factory=dict)  # apt package -> what asks for it
+    pip: dict[str, tuple[str, str]] = field(default_factory=dict)  # distribution -> (requirement, what asks for it)
+    variables: dict[str, str] = field(default_factory=dict)  # ENV, in order
+    inline_files: dict[str, str] = field(default_factory=dict)  # absolute target -> a COPY here-document's text
     reasons: list[str] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------- import
 
 
-def import_harbor_task(src_dir: Path, dest_root: Path, sandbox: Sandbox | None = None) -> ImportResult:
+def import_harbor_task(src_dir: Path, dest_root: Path, sandbox: Sandbox | None = None, *,
+                       oracle_timeout_s: float | None = None, toolchain: Toolchain | None = None) -> ImportResult:
     """Import one Harbor task into `dest_root/<task_id>/` as our bundle, or
-    say why it does not run here. Raises HarborTaskError for a malformed task."""
+    say why it does not run here. A task counts as imported only once it
+    has run here: its oracle passes its tests and its untouched workspace
+    fails them (`validate_harbor_bundle`); `oracle_timeout_s` caps the
+    oracle's wall time (default: the task's agent timeout, at most
+    DEFAULT_ORACLE_TIMEOUT_S). Raises HarborTaskError for a malformed task."""
     src = Path(src_dir)
     sandbox = sandbox or BubblewrapSandbox()
+    toolchain = toolchain or load_toolchain()
     task_id = _task_id(src.name)
     _check_tree(src)
     instruction = _read_text(src / "instruction.md")
@@ -199,7 +213,7 @@ def import_harbor_task(src_dir: Path, dest_root: Path, sandbox: Sandbox | None =
     if not (src / "environment").is_dir():
         raise HarborTaskError(f"{src / 'environment'}: missing directory (the task's build context)")
 
-    reasons = list(config["reasons"])
+    reasons, adaptations = list(config["reasons"]), list(config["adaptations"])
     dockerfile = src / "environment" / "Dockerfile"
     if dockerfile.is_file():
         env = _parse_dockerfile(dockerfile, src / "environment")
@@ -208,34 +222,66 @@ def import_harbor_task(src_dir: Path, dest_root: Path, sandbox: Sandbox | None =
             f"; task.toml names the prebuilt image {config['docker_image']!r}, which our sandbox cannot run"
             if config["docker_image"] else "")])
     reasons += env.reasons
-    for path, text in ((src / "tests" / "test.sh", test_sh), (solve_path, solve or "")):
-        for line in text.splitlines():
-            if not line.lstrip().startswith("#") and _NETWORK_USE.search(line):
-                reasons.append(f"{path}: `{line.strip()[:120]}` needs the network, which our sandbox does not have")
-                break
+    if solve is None:
+        reasons.append(f"{solve_path}: missing; without an oracle the task cannot be validated")
+    for line in (solve or "").splitlines():
+        if not line.lstrip().startswith("#") and _NETWORK_USE.search(line):
+            reasons.append(f"{solve_path}: `{line.strip()[:120]}` needs the network, which our sandbox does not have")
+            break
     if (src / "tests" / "verify.py").exists():
         reasons.append(f"{src / 'tests' / 'verify.py'}: the name of our verifier entry point; rename it to import")
-    if env.binaries or env.modules or env.paths:
-        reasons += _missing_in_sandbox(sandbox, env, dockerfile)
+    # Twice: first for what test.sh asks of the sandbox (probed with the
+    # Dockerfile's needs), then with the sandbox's python3 version known.
+    script = _adapt_test_sh(test_sh, src / "tests" / "test.sh", toolchain, None)
+    for name, why in script.apt.items():
+        env.apt.setdefault(name, why)
+    probe = _probe_sandbox(sandbox, env, dockerfile)
+    missing, probed = _judge_probe(env, probe)
+    script = _adapt_test_sh(test_sh, src / "tests" / "test.sh", toolchain, probe["python"])
+    reasons += missing + script.reasons
+    adaptations += probed + script.adaptations
+    if env.variables:
+        adaptations.append(f"{dockerfile}: ENV {', '.join(env.variables)} set for the oracle and the tests; "
+                           "the agent's commands run in our fixed environment")
     dest_root = Path(dest_root)
-    if reasons:
-        stale = dest_root / task_id
-        if (stale / "task.toml").is_file() and 'generator_id = "harbor-import"' in (stale / "task.toml").read_text():
-            shutil.rmtree(stale)  # an earlier import of it: the evaluation set must not run it now
-            reasons.append(f"{stale}: the bundle of an earlier import was removed")
-        return ImportResult(task_id, src, False, None, tuple(reasons))
+    if not reasons:
+        final = dest_root / task_id
+        staging = Path(tempfile.mkdtemp(prefix=f".{task_id}.tmp-", dir=_made(dest_root)))
+        try:
+            _write_bundle(staging, src, task_id, instruction, config, env, solve, script, toolchain)
+            bundle = load_task_bundle(staging)  # what the harness will do with it
+            timeout = oracle_timeout_s or min(config["agent_timeout_s"], DEFAULT_ORACLE_TIMEOUT_S)
+            failure = validate_harbor_bundle(sandbox, bundle, timeout)
+            if failure is None:
+                if final.exists():
+                    shutil.rmtree(final)
+                staging.rename(final)
+                return ImportResult(task_id, src, True, final, (), tuple(adaptations))
+            reasons.append(failure)
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging)
+    stale = dest_root / task_id
+    if (stale / "task.toml").is_file() and 'generator_id = "harbor-import"' in (stale / "task.toml").read_text():
+        shutil.rmtree(stale)  # an earlier import of it: the evaluation set must not run it now
+        reasons.append(f"{stale}: the bundle of an earlier import was removed")
+    return ImportResult(task_id, src, False, None, tuple(reasons), tuple(adaptations))
 
-    final = dest_root / task_id
-    with staged_directory(final, replace=True) as staging:
-        notes = _write_bundle(staging, src, task_id, instruction, config, env, solve)
-        load_task_bundle(staging)  # what the harness will do with it
-    return ImportResult(task_id, src, True, final, tuple(notes))
+
+def _made(directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
 
 
-def import_harbor_directory(src: Path, dest_root: Path, sandbox: Sandbox | None = None) -> tuple[list[ImportResult], Path]:
+def import_harbor_directory(src: Path, dest_root: Path, sandbox: Sandbox | None = None, *,
+                            oracle_timeout_s: float | None = None, deadline: float | None = None,
+                            log=lambda result: None) -> tuple[list[ImportResult], Path]:
     """Import `src` (one task, or a directory of tasks) into `dest_root`;
     every task is listed, a malformed one as not runnable with its error.
-    Returns the results and the manifest written (atomically) beside the bundles."""
+    `deadline` (time.monotonic()) stops starting new tasks: those left are
+    listed as not imported, with that reason. Returns the results and the
+    manifest written (atomically) beside the bundles; an earlier import's
+    entries for other tasks whose bundles are still there are kept."""
     src, dest_root = Path(src), Path(dest_root)
     if not src.is_dir():
         raise HarborTaskError(f"{src}: not a directory")
@@ -245,44 +291,73 @@ def import_harbor_directory(src: Path, dest_root: Path, sandbox: Sandbox | None 
         task_dirs = sorted(p for p in src.iterdir() if p.is_dir() and not p.name.startswith("."))
         if not task_dirs:
             raise HarborTaskError(f"{src}: neither a Harbor task (no task.toml) nor a directory of tasks")
+    toolchain = load_toolchain()
     results, seen = [], {}
     for task_dir in task_dirs:
         try:
             task_id = _task_id(task_dir.name)
         except HarborTaskError as exc:
             results.append(ImportResult(task_dir.name, task_dir, False, None, (f"malformed: {exc}",)))
+            log(results[-1])
             continue
         if task_id in seen:
-            results.append(ImportResult(task_id, task_dir, False, None,
-                                        (f"{task_dir}: its task id {task_id!r} is also {seen[task_id]}'s",)))
-            continue
-        seen[task_id] = task_dir
-        try:
-            results.append(import_harbor_task(task_dir, dest_root, sandbox))
-        except (HarborTaskError, TaskBundleError) as exc:
-            results.append(ImportResult(task_id, task_dir, False, None, (f"malformed: {exc}",)))
+            result = ImportResult(task_id, task_dir, False, None,
+                                  (f"{task_dir}: its task id {task_id!r} is also {seen[task_id]}'s",))
+        elif deadline is not None and time.monotonic() > deadline:
+            result = ImportResult(task_id, task_dir, False, None, ("not tried: the import's time budget ran out",))
+        else:
+            seen[task_id] = task_dir
+            try:
+                result = import_harbor_task(task_dir, dest_root, sandbox, oracle_timeout_s=oracle_timeout_s,
+                                            toolchain=toolchain)
+            except (HarborTaskError, TaskBundleError) as exc:
+                result = ImportResult(task_id, task_dir, False, None, (f"malformed: {exc}",))
+            except SandboxError as exc:  # the harness's failure: the task is not judged
+                result = ImportResult(task_id, task_dir, False, None, (f"not validated: the sandbox failed: {exc}",))
+        results.append(result)
+        log(result)
     dest_root.mkdir(parents=True, exist_ok=True)
+    path = dest_root / MANIFEST_NAME
+    earlier = read_import_manifest(dest_root)
+    ours = {r.task_id for r in results}
+    kept = [row for row in earlier.get("runnable", []) if row["task_id"] not in ours and (dest_root / row["task_id"]).is_dir()]
     manifest = {
         "source": str(src), "imported_at": time.time(),
-        "runnable": [r.as_row() for r in results if r.runnable],
+        "runnable": kept + [dict(r.as_row(), sha256=_bundle_digest(r.bundle_dir)) for r in results if r.runnable],
         "not_runnable": [r.as_row() for r in results if not r.runnable],
     }
-    path = dest_root / MANIFEST_NAME
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, path)
     return results, path
 
 
+def read_import_manifest(dest_root: Path) -> dict:
+    """The manifest of the imports into `dest_root` ({} when there is none)."""
+    path = Path(dest_root) / MANIFEST_NAME
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise HarborTaskError(f"{path}: not valid JSON ({exc})") from None
+
+
+def _bundle_digest(root: Path) -> str:
+    from clawloop_assets.evaluation.fixed_set import bundle_digest  # the evaluation set's own content hash
+
+    return bundle_digest(root)
+
+
 def render_import_table(results: list[ImportResult]) -> str:
     lines = [f"{'task':<32} {'status':<13} reason"]
     for r in sorted(results, key=lambda r: (not r.runnable, r.task_id)):
         status = "runnable" if r.runnable else "NOT RUNNABLE"
-        reasons = list(r.reasons) or [str(r.bundle_dir)]
+        reasons = list(r.reasons) or [f"{r.bundle_dir} (validated: oracle passes, untouched fails)"]
         lines.append(f"{r.task_id:<32} {status:<13} {reasons[0]}")
         lines += [f"{'':<46} {reason}" for reason in reasons[1:]]
     runnable = sum(r.runnable for r in results)
-    lines.append(f"{runnable} runnable, {len(results) - runnable} not runnable here")
+    lines.append(f"{runnable} runnable (imported and validated), {len(results) - runnable} not runnable here")
     return "\n".join(lines) + "\n"
 
 
@@ -315,10 +390,11 @@ def _read_text(path: Path) -> str:
 
 def _read_task_toml(path: Path) -> dict[str, Any]:
     """The task.toml fields we read: [metadata] difficulty and category;
-    [verifier] timeout_sec and env; [agent] timeout_sec; [environment] gpus
-    and docker_image. Read but not enforced: cpus, memory(_mb), storage(_mb),
-    build_timeout_sec; allow_internet (a permission, not a need: scripts that
-    fetch are found in test.sh and solve.sh instead)."""
+    [verifier] timeout_sec and env; [agent] timeout_sec; [environment] gpus,
+    docker_image, cpus, memory (or memory_mb) and storage (or storage_mb),
+    Harbor's defaults where absent. Not read: build_timeout_sec (we build
+    nothing); allow_internet (a permission, not a need: scripts that fetch
+    are found in test.sh and solve.sh instead)."""
     try:
         data = tomllib.loads(_read_text(path))
     except tomllib.TOMLDecodeError as exc:
@@ -352,21 +428,68 @@ def _read_task_toml(path: Path) -> dict[str, Any]:
     if gpus > 0:
         reasons.append(f"{path}: [environment] gpus = {gpus}; our sandbox has no GPU")
     docker_image = environment.get("docker_image")
+    verifier_timeout = number("verifier", "timeout_sec", DEFAULT_VERIFIER_TIMEOUT_S)
+    agent_timeout = number("agent", "timeout_sec", MAX_COMMAND_TIMEOUT_S)
+    memory, cpus = _size(path, environment, "memory", DEFAULT_MEMORY_BYTES), number("environment", "cpus", 1)
+    adaptations = []
+    if memory > _host_memory_bytes():
+        reasons.append(f"{path}: [environment] memory of {memory >> 20} MiB is more than this machine has "
+                       f"({_host_memory_bytes() >> 20} MiB)")
+    if verifier_timeout > MAX_VERIFIER_TIMEOUT_S:
+        adaptations.append(f"{path}: [verifier] timeout_sec {verifier_timeout:g} capped at {MAX_VERIFIER_TIMEOUT_S:g}")
+    adaptations.append(f"{path}: [agent] timeout_sec {agent_timeout:g}: our agent gets {IMPORTED_MAX_TURNS} commands "
+                       f"of at most {min(agent_timeout, MAX_COMMAND_TIMEOUT_S):g} s each")
+    adaptations.append(f"{path}: [environment] cpus = {cpus:g}: the sandbox limits CPU time (timeout x cpus), "
+                       "not the number of cores")
     return {
+        "adaptations": adaptations,
+        "memory_bytes": memory,
+        "storage_bytes": _size(path, environment, "storage", DEFAULT_STORAGE_BYTES),
+        "cpus": cpus,
+        "asked_verifier_timeout_s": verifier_timeout,
         "difficulty": level,
         "domain": re.sub(r"[^a-z0-9_-]+", "-", str(metadata.get("category") or "harbor").lower()).strip("-") or "harbor",
-        "verifier_timeout_s": min(number("verifier", "timeout_sec", DEFAULT_VERIFIER_TIMEOUT_S), MAX_VERIFIER_TIMEOUT_S),
-        "agent_timeout_s": number("agent", "timeout_sec", MAX_COMMAND_TIMEOUT_S),
+        "verifier_timeout_s": min(verifier_timeout, MAX_VERIFIER_TIMEOUT_S),
+        "agent_timeout_s": agent_timeout,
         "verifier_env": dict(verifier_env),
         "docker_image": docker_image if isinstance(docker_image, str) else None,
         "reasons": reasons,
     }
 
 
-def _dockerfile_instructions(path: Path) -> list[tuple[int, str, str]]:
-    """(line number, INSTRUCTION, arguments), continuation lines joined."""
+def _host_memory_bytes() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _size(path: Path, environment: dict, name: str, default: int) -> int:
+    """[environment] `name` ("2G", "512M", "1024K" or bytes) or `name`_mb, in bytes."""
+    if f"{name}_mb" in environment:
+        value = environment[f"{name}_mb"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise HarborTaskError(f"{path}: [environment] {name}_mb must be a positive number, got {value!r}")
+        return int(value * (1 << 20))
+    value = environment.get(name)
+    if value is None:
+        return default
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*", str(value), re.I)
+    if isinstance(value, bool) or match is None or not float(match.group(1)) > 0:
+        raise HarborTaskError(f"{path}: [environment] {name} must be a size like '2G' or '512M', got {value!r}")
+    return int(float(match.group(1)) * (1 << (10 * " KMGT".index(match.group(2).upper() or " "))))
+
+
+_HEREDOC = re.compile(r"<<(-?)\s*([\"']?)([A-Za-z_][A-Za-z0-9_]*)\2")
+
+
+def _dockerfile_instructions(path: Path) -> list[tuple[int, str, str, list[str]]]:
+    """(line number, INSTRUCTION, arguments, here-documents), continuation
+    lines joined; the lines of a here-document (`RUN <<EOF`, `COPY <<EOF f`)
+    are its body, never instructions."""
     out, pending, start = [], "", 0
-    for number, raw in enumerate(_read_text(path).splitlines(), 1):
+    lines = _read_text(path).splitlines()
+    index = 0
+    while index < len(lines):
+        number, raw = index + 1, lines[index]
+        index += 1
         line = raw.strip()
         if not pending and (not line or line.startswith("#")):
             continue
@@ -380,7 +503,19 @@ def _dockerfile_instructions(path: Path) -> list[tuple[int, str, str]]:
         pending = ""
         if text:
             keyword, _, args = text.partition(" ")
-            out.append((start, keyword.upper(), args.strip()))
+            bodies = []
+            for strip_tabs, _quote, delimiter in _HEREDOC.findall(args) if keyword.upper() in ("RUN", "COPY") else ():
+                body = []
+                while index < len(lines):
+                    body_line = lines[index]
+                    index += 1
+                    if (body_line.lstrip("\t") if strip_tabs else body_line) == delimiter:
+                        break
+                    body.append(body_line.lstrip("\t") if strip_tabs else body_line)
+                else:
+                    raise HarborTaskError(f"{path}:{start}: here-document {delimiter} is never closed")
+                bodies.append("\n".join(body) + "\n")
+            out.append((start, keyword.upper(), args.strip(), bodies))
         start = 0
     if pending:
         raise HarborTaskError(f"{path}: ends inside a continued line")
@@ -390,12 +525,13 @@ def _dockerfile_instructions(path: Path) -> list[tuple[int, str, str]]:
 def _parse_dockerfile(path: Path, context: Path) -> _Environment:
     env = _Environment()
     workdir = "/"
-    for number, keyword, args in _dockerfile_instructions(path):
+    for number, keyword, args, heredocs in _dockerfile_instructions(path):
         where = f"{path}:{number}"
         if keyword == "FROM":
             if env.base_image is not None:
                 env.reasons.append(f"{where}: a multi-stage build (second FROM); our sandbox replays one stage")
-            env.base_image = args.split()[0] if args else ""
+            words = [w for w in args.split() if not w.startswith("--")]  # --platform=linux/amd64
+            env.base_image = words[0] if words else ""
             tools = next((t for pattern, t in _BASE_IMAGE_TOOLS if pattern.search(env.base_image.lower())), None)
             if tools is None:
                 env.reasons.append(f"{where}: base image {env.base_image!r} is not one whose tools we can check for")
@@ -403,17 +539,18 @@ def _parse_dockerfile(path: Path, context: Path) -> _Environment:
                 env.binaries.setdefault(tool, f"{where} (FROM {env.base_image})")
         elif keyword == "WORKDIR":
             if "$" in args:
-                env.reasons.append(f"{where}: WORKDIR {args!r} uses a variable; our sandbox replays no ARG or ENV")
+                env.reasons.append(f"{where}: WORKDIR {args!r} uses a variable; our sandbox replays no ARG")
             workdir = os.path.normpath(str(PurePosixPath(workdir) / args.strip().strip('"')))
+        elif keyword in ("COPY", "ADD") and heredocs:
+            _parse_copy_heredoc(env, where, args, heredocs, workdir)
         elif keyword in ("COPY", "ADD"):
             _parse_copy(env, where, keyword, args, workdir, context)
+        elif keyword == "RUN" and heredocs:
+            env.reasons.append(f"{where}: RUN with a here-document is a build step our sandbox cannot replay")
         elif keyword == "RUN":
             _parse_run(env, where, args, workdir, context)
         elif keyword == "ENV":
-            names = [part.split("=", 1)[0] for part in _split(args, where, env)] if "=" in args else args.split()[:1]
-            for name in names:
-                if name not in _ENV_IGNORED:
-                    env.reasons.append(f"{where}: ENV {name} is set for the task; our sandbox sets a fixed environment")
+            _parse_env(env, where, args)
         elif keyword not in _IGNORED_INSTRUCTIONS:
             env.reasons.append(f"{where}: {keyword} is not a Dockerfile instruction we replay")
     if env.base_image is None:
@@ -428,7 +565,42 @@ def _parse_dockerfile(path: Path, context: Path) -> _Environment:
             if not _within(target, workdir):
                 env.reasons.append(f"{path}: COPY {' '.join(sources)} to {target}, outside the WORKDIR {workdir}; "
                                    "our sandbox provides only the WORKDIR")
+        for target in env.inline_files:
+            if not _within(target, workdir):
+                env.reasons.append(f"{path}: COPY of a here-document to {target}, outside the WORKDIR {workdir}; "
+                                   "our sandbox provides only the WORKDIR")
     return env
+
+
+def _parse_env(env: _Environment, where: str, args: str) -> None:
+    """ENV NAME=value ... (or the legacy ENV NAME value): set for the oracle
+    and the tests, as the image would; $NAME and ${NAME} expand to what was
+    set before (nothing for a name not set)."""
+    if re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", args):
+        pairs = [part.split("=", 1) for part in _split(args, where, env)]
+    else:
+        name, _, value = args.partition(" ")
+        pairs = [[name, value.strip()]]
+    for pair in pairs:
+        if len(pair) != 2 or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", pair[0]):
+            env.reasons.append(f"{where}: cannot parse ENV {args!r}")
+            return
+        name, value = pair
+        if name in _ENV_IGNORED:
+            continue
+        if name in ("PATH", "HOME", "LD_PRELOAD", "LD_LIBRARY_PATH") or name.startswith("UV_"):
+            env.reasons.append(f"{where}: ENV {name} changes what the sandbox's own tools find; not replayed")
+            continue
+        value = re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m: env.variables.get(m.group(1), ""), value)
+        env.variables[name] = value
+
+
+def _parse_copy_heredoc(env: _Environment, where: str, args: str, heredocs: list[str], workdir: str) -> None:
+    words = [w for w in args.split() if not w.startswith("--") and not w.startswith("<<")]
+    if len(heredocs) != 1 or len(words) != 1:
+        env.reasons.append(f"{where}: COPY of several here-documents is not replayed")
+        return
+    env.inline_files[str(PurePosixPath(workdir) / words[0])] = heredocs[0]
 
 
 def _split(args: str, where: str, env: _Environment) -> list[str]:
@@ -487,14 +659,48 @@ def _context_matches(context: Path, source: str) -> list[Path]:
     return [context / resolved] if (context / resolved).exists() else []
 
 
+_SEPARATORS = {"&&", "||", ";", "|", "&", "(", ")", ";;", "|&"}
+_REDIRECTION = re.compile(r"^\d*(>>?|<<?<?|&>>?)(&?\d+|-)?$")
+
+
+def _shell_segments(text: str) -> list[list[str]]:
+    """The simple commands of a shell line, each as its words: split at
+    && || ; | & ( ) outside quotes, redirections dropped. ValueError for
+    unbalanced quotes."""
+    lexer = shlex.shlex(re.sub(r"\d*>&\d+", " ", text), posix=True, punctuation_chars=";&|()")
+    lexer.whitespace_split = True
+    segments, words, skip = [], [], False
+    for token in lexer:
+        if skip:
+            skip = False
+        elif token in _SEPARATORS:
+            segments.append(words)
+            words = []
+        elif _REDIRECTION.match(token):
+            skip = True  # `> file`: the operator alone, its target next
+        elif re.match(r"^\d*(>>?|<)", token):
+            continue  # `>/dev/null`: operator and target in one word
+        else:
+            words.append(token)
+    segments.append(words)
+    return [w for w in segments if w]
+
+
 def _parse_run(env: _Environment, where: str, args: str, workdir: str, context: Path) -> None:
     if args.startswith("["):
         env.reasons.append(f"{where}: RUN {args[:80]} is a build step our sandbox cannot replay")
         return
-    for segment in re.split(r"&&|\|\||;", args):
-        words = _split(segment.strip(), where, env)
+    try:
+        segments = _shell_segments(args)
+    except ValueError as exc:
+        env.reasons.append(f"{where}: cannot parse the shell of RUN {args[:80]!r} ({exc})")
+        return
+    for words in segments:
+        shown = shlex.join(words)[:120]
         while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
             words = words[1:]  # DEBIAN_FRONTEND=noninteractive apt-get ...
+        if words[:1] in (["sudo"], ["env"]):
+            words = [w for w in words[1:] if not w.startswith("-")]
         if not words:
             continue
         command, rest = words[0], words[1:]
@@ -506,22 +712,38 @@ def _parse_run(env: _Environment, where: str, args: str, workdir: str, context: 
         if command in ("apt-get", "apt"):
             if operands[:1] == ["install"]:
                 for package in operands[1:]:
-                    _need_apt(env, package.split("=")[0], f"{where} (apt-get install {package})")
-            elif operands[:1] not in (["update"], ["clean"], ["autoremove"], ["autoclean"]):
-                env.reasons.append(f"{where}: `{segment.strip()}` is a build step our sandbox cannot replay")
+                    _need_apt(env, package, f"{where} (apt-get install {package})")
+            elif operands[:1] not in (["update"], ["clean"], ["autoremove"], ["autoclean"], []):
+                env.reasons.append(f"{where}: `{shown}` is a build step our sandbox cannot replay")
         elif command in ("pip", "pip3"):
             if operands[:1] != ["install"]:
-                env.reasons.append(f"{where}: `{segment.strip()}` is a build step our sandbox cannot replay")
+                env.reasons.append(f"{where}: `{shown}` is a build step our sandbox cannot replay")
                 continue
             _pip_packages(env, where, rest[1:] if rest[:1] == ["install"] else rest, context)
         elif command == "mkdir":
             env.directories += [str(PurePosixPath(workdir) / d) for d in operands]
+        elif command == "ln" and len(operands) == 2 and "-s" in "".join(w for w in rest if w.startswith("-")):
+            _parse_symlink(env, where, operands, workdir, shown)
         elif command == "rm" and all(o.startswith(("/var/lib/apt", "/var/cache", "/root/.cache", "/tmp")) for o in operands):
             continue
-        elif command in ("true", "chmod", "chown", "cd") or (command == "apt-get" and not operands):
+        elif command in ("true", "chmod", "chown", "cd", "echo", "apt-mark"):
             continue  # file modes come with the copied files; a cd does not outlive its RUN
         else:
-            env.reasons.append(f"{where}: `{segment.strip()[:120]}` is a build step our sandbox cannot replay")
+            env.reasons.append(f"{where}: `{shown}` is a build step our sandbox cannot replay")
+
+
+_BIN_DIRS = ("/usr/bin", "/usr/local/bin", "/bin", "/usr/sbin", "/usr/local/sbin", "/sbin")
+
+
+def _parse_symlink(env: _Environment, where: str, operands: list[str], workdir: str, shown: str) -> None:
+    """`ln -s python3 python` in a directory of commands: the image then has
+    the command `python`, which our sandbox must have itself (we write nowhere
+    but the workspace)."""
+    link = os.path.normpath(str(PurePosixPath(workdir) / operands[1]))
+    if os.path.dirname(link) in _BIN_DIRS:
+        env.binaries.setdefault(os.path.basename(link), f"{where} ({shown})")
+    else:
+        env.reasons.append(f"{where}: `{shown}` makes a symbolic link; the workspace we import holds regular files only")
 
 
 def _pip_packages(env: _Environment, where: str, words: list[str], context: Path) -> None:
@@ -540,71 +762,267 @@ def _pip_packages(env: _Environment, where: str, words: list[str], context: Path
                 line = line.split("#")[0].strip()
                 if line and not line.startswith("-"):
                     _need_pip(env, line, f"{requirements} (via {where})")
-        elif word in ("-i", "--index-url", "--extra-index-url", "-c", "--constraint", "-f", "--find-links"):
+        elif word in ("-i", "--index-url", "--extra-index-url", "-c", "--constraint", "-f", "--find-links",
+                      "--target", "-t", "--prefix", "--root"):
             skip_next = True
         elif not word.startswith("-"):
             _need_pip(env, word, f"{where} (pip install {word})")
 
 
+def _distribution_name(requirement: str) -> str | None:
+    """The normalized distribution name of a requirement (PEP 503), or None
+    for one that is not a plain name (a path, a URL, a VCS link)."""
+    if "/" in requirement or requirement.startswith(".") or "://" in requirement or "@" in requirement:
+        return None
+    name = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", requirement)
+    return re.sub(r"[-_.]+", "-", name.group(0)).lower() if name else None
+
+
 def _need_pip(env: _Environment, requirement: str, why: str) -> None:
-    name = re.match(r"[A-Za-z0-9._-]*", requirement).group(0).lower().replace("_", "-")
-    if not name or "/" in requirement or requirement.startswith("."):
+    """A pip requirement: met when a distribution of that name is installed
+    for the sandbox's python3 (checked by its metadata, whatever modules it provides)."""
+    name = _distribution_name(requirement)
+    if name is None:
         env.reasons.append(f"{why}: {requirement!r} is not a package name we can check for")
         return
-    env.modules.setdefault(_PIP_MODULES.get(name, name.replace("-", "_").replace(".", "_")), why)
+    env.pip.setdefault(name, (requirement, why))
 
 
 def _need_apt(env: _Environment, package: str, why: str) -> None:
-    if package in _APT_NOOP:
+    """An apt package: met when the package (or one that provides it) is
+    installed where the sandbox's /usr comes from (dpkg's own record)."""
+    name = re.split(r"[=:]", package, maxsplit=1)[0].lower()
+    if name in _APT_NOOP:
         return
-    if package in _APT_PATHS:
-        env.paths.setdefault(_APT_PATHS[package], why)
-    elif package in _APT_BINARIES:
-        for binary in _APT_BINARIES[package]:
-            env.binaries.setdefault(binary, why)
-    elif package.startswith("python3-"):
-        env.modules.setdefault(package.removeprefix("python3-").replace("-", "_"), why)
-    elif package.startswith("lib"):
-        env.reasons.append(f"{why}: the library package {package} cannot be checked for in our sandbox")
-    else:
-        env.binaries.setdefault(package, why)
+    if not re.fullmatch(r"[a-z0-9][a-z0-9+.-]+", name):
+        env.reasons.append(f"{why}: {package!r} is not an apt package name we can check for")
+        return
+    env.apt.setdefault(name, why)
 
 
+# Run by the sandbox's python3: what of `need` the sandbox has. apt packages
+# are looked up in dpkg's record of the system the sandbox's /usr comes from
+# (a package, or one that Provides it, with Status "install ok installed");
+# pip distributions in python3's installed metadata, by normalized name.
 _PROBE = r"""
-import importlib.util, json, os, shutil, sys
+import importlib.metadata, json, os, re, shutil, sys
 need = json.loads(sys.argv[1])
-missing = [["binary", b] for b in need["binaries"] if shutil.which(b) is None]
-for m in need["modules"]:
-    try:
-        found = importlib.util.find_spec(m) is not None
-    except (ImportError, ValueError):
-        found = False
-    if not found:
-        missing.append(["module", m])
-missing += [["path", p] for p in need["paths"] if not os.path.exists(p)]
-print(json.dumps(missing))
+norm = lambda name: re.sub(r"[-_.]+", "-", name).lower()
+report = {"python": "%d.%d.%d" % sys.version_info[:3], "binaries": {}, "apt": {}, "pip": {}, "dpkg": None}
+for b in need["binaries"]:
+    report["binaries"][b] = shutil.which(b)
+installed = {}
+for status in need["dpkg_status"]:
+    if not os.path.isfile(status):
+        continue
+    report["dpkg"] = status
+    with open(status, encoding="utf-8", errors="replace") as f:
+        for paragraph in f.read().split("\n\n"):
+            fields = dict(re.findall(r"^([A-Za-z-]+): ?(.*)$", paragraph, re.M))
+            if fields.get("Status", "").split()[-1:] != ["installed"] or "Package" not in fields:
+                continue
+            installed.setdefault(fields["Package"], fields.get("Version", ""))
+            for provided in fields.get("Provides", "").split(","):
+                name = provided.strip().split(" ")[0]
+                if name:
+                    installed.setdefault(name, "(provided by %s)" % fields["Package"])
+    break
+for p in need["apt"]:
+    report["apt"][p] = installed.get(p)
+dists = {}
+for d in importlib.metadata.distributions():
+    if d.metadata["Name"]:
+        dists.setdefault(norm(d.metadata["Name"]), d.version)
+for p in need["pip"]:
+    report["pip"][p] = dists.get(p)
+print(json.dumps(report))
 """
+DPKG_MOUNT = "/clawloop-dpkg"
 
 
-def _missing_in_sandbox(sandbox: Sandbox, env: _Environment, dockerfile: Path) -> list[str]:
-    """Look for every binary, module and path the Dockerfile asks for inside
-    the sandbox the task will run in (its python3, its PATH)."""
-    need = {"binaries": sorted(env.binaries), "modules": sorted(env.modules), "paths": sorted(env.paths)}
+@dataclass
+class _Script:
+    """tests/test.sh as our sandbox runs it, and what changed on the way."""
+
+    text: str
+    uses_toolchain: bool = False
+    adaptations: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    apt: dict[str, str] = field(default_factory=dict)  # apt package -> the line asking for it
+
+
+# The standard Harbor test.sh installs its toolchain first: lines that only
+# fetch what the offline toolchain (toolchain.py) or the sandbox already
+# provides become no-ops (`true  # clawloop offline: <the line>`):
+#  - `apt-get update`, `apt-get install PKG...` (each PKG must be installed in
+#    the sandbox: probed like the Dockerfile's);
+#  - uv's installer (`curl|wget ... astral.sh/uv/... | sh`) and sourcing the
+#    env file it writes (`source $HOME/.local/bin/env`): uv and uvx are on PATH.
+# uv and uvx run offline against the wheelhouse: each `-w`/`--with`
+# requirement (and `uv pip install` operand) must be in it, and a `-p`/
+# `--python` version other than the sandbox's python3 is replaced by it.
+# Any other line that fetches (curl, wget, pip install, git clone, npm) needs
+# the network, which the sandbox does not have.
+_UV_INSTALLER = re.compile(r"\b(curl|wget)\b[^|]*astral\.sh/uv/(?:(\d[\w.]*)/)?install\.sh[^|]*\|\s*(env\s+\S+\s+)?(ba)?sh\b")
+_UV_ENV_FILE = re.compile(r"^(source|\.)\s+(\"?\$(HOME|\{HOME\})\"?|~)/\.(local/bin|cargo)/env\"?$")
+_UV_PYTHON = re.compile(r"(?<![\w-])(-p|--python)(\s+|=)(\d+\.\d+)(?![\w.])")
+
+
+def _adapt_test_sh(text: str, path: Path, toolchain: Toolchain | None, python: str | None) -> _Script:
+    script = _Script(text)
+    out, lines, index = [], text.splitlines(), 0
+    have = ".".join(python.split(".")[:2]) if python else None
+    while index < len(lines):
+        first = index
+        while lines[index].rstrip().endswith("\\") and index + 1 < len(lines):
+            index += 1
+        physical = lines[first:index + 1]
+        index += 1
+        logical = " ".join(line.rstrip().removesuffix("\\") for line in physical).strip()
+        where = f"{path}:{first + 1}"
+        if not logical or logical.startswith("#"):
+            out += physical
+            continue
+        without_installer = _UV_INSTALLER.sub(" true ", logical)
+        installer = without_installer != logical
+        try:
+            segments = _shell_segments(without_installer)
+        except ValueError:
+            segments = None
+        kinds = []
+        for words in segments or []:
+            while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
+                words = words[1:]
+            if words[:1] == ["sudo"]:
+                words = words[1:]
+            operands = [w for w in words[1:] if not w.startswith("-")]
+            if not words or words == ["true"]:
+                kinds.append("noop")
+            elif words[0] in ("apt-get", "apt") and operands[:1] == ["update"]:
+                kinds.append("noop")
+            elif words[0] in ("apt-get", "apt") and operands[:1] == ["install"]:
+                for package in operands[1:]:
+                    name = re.split(r"[=:]", package, maxsplit=1)[0].lower()
+                    if name not in _APT_NOOP:
+                        script.apt.setdefault(name, f"{where} (apt-get install {package})")
+                kinds.append("noop")
+            elif _UV_ENV_FILE.match(" ".join(words)):
+                kinds.append("noop")
+            elif words[0] in ("uv", "uvx"):
+                kinds.append("uv")
+                _uv_needs(script, words, where, toolchain)
+            else:
+                kinds.append("other")
+        if segments is not None and kinds and all(k == "noop" for k in kinds):
+            if installer:
+                version = _UV_INSTALLER.search(logical).group(2)
+                script.adaptations.append(
+                    f"{where}: uv's installer not run; the offline toolchain's uv "
+                    f"{toolchain.uv_version if toolchain else '(not built)'} is on PATH"
+                    + (f" (the script asked for {version})" if version and toolchain and version != toolchain.uv_version else ""))
+            else:
+                script.adaptations.append(f"{where}: `{logical[:100]}` not run: offline, and what it installs is in our sandbox")
+            out.append(f"true  # clawloop offline: {logical}")
+            out += [""] * (len(physical) - 1)  # line numbers kept
+            continue
+        if "noop" in kinds or installer:
+            script.reasons.append(f"{where}: `{logical[:120]}` installs from the network together with other commands; "
+                                  "not adapted")
+        elif "uv" in kinds:
+            for k, line in enumerate(physical):
+                match = _UV_PYTHON.search(line)
+                if match and have and match.group(3) != have:
+                    script.adaptations.append(f"{where}: Python {match.group(3)} asked for, our sandbox's python3 "
+                                              f"{python} used")
+                    line = _UV_PYTHON.sub(lambda m: f"{m.group(1)}{m.group(2)}{have}", line)
+                physical[k] = line
+        elif _NETWORK_USE.search(logical):
+            script.reasons.append(f"{where}: `{logical[:120]}` needs the network, which our sandbox does not have")
+        out += physical
+    script.text = "\n".join(out) + ("\n" if text.endswith("\n") else "")
+    return script
+
+
+def _uv_needs(script: _Script, words: list[str], where: str, toolchain: Toolchain | None) -> None:
+    """What a uv or uvx command needs from the wheelhouse."""
+    script.uses_toolchain = True
+    if toolchain is None:
+        script.reasons.append(f"{where}: `{shlex.join(words)[:100]}` needs uv and its wheelhouse, which are not "
+                              f"built here: run `make setup`")
+        return
+    requirements = []
+    if words[0] == "uvx" or words[1:3] == ["tool", "run"] or words[1:2] == ["run"]:
+        requirements += [words[i + 1] for i, w in enumerate(words[:-1]) if w in ("-w", "--with")]
+        requirements += [w.split("=", 1)[1] for w in words if w.startswith("--with=")]
+        if words[0] == "uvx":
+            tool = next((w for i, w in enumerate(words[1:], 1)
+                         if not w.startswith("-") and words[i - 1] not in ("-w", "--with", "-p", "--python", "--from")), None)
+            source = next((words[i + 1] for i, w in enumerate(words[:-1]) if w == "--from"), tool)
+            if source:
+                requirements.append(source)
+    elif words[1:3] == ["pip", "install"]:
+        requirements += [w for w in words[3:] if not w.startswith("-")]
+    elif words[1:2] in (["venv"], ["--version"], ["pip"]):
+        pass
+    else:
+        script.reasons.append(f"{where}: `{shlex.join(words)[:100]}` is a uv command we cannot check offline")
+    for requirement in requirements:
+        name = _distribution_name(requirement)
+        pinned = re.search(r"==\s*([A-Za-z0-9.+!-]+)$", requirement)
+        if name is None:
+            script.reasons.append(f"{where}: uv requirement {requirement!r} is not a package name; it needs the network")
+        elif not toolchain.has(name, pinned.group(1) if pinned else None):
+            have = toolchain.wheels.get(name)
+            script.reasons.append(f"{where}: uv requirement {requirement!r} is not in the offline wheelhouse"
+                                  + (f" (it holds {name} {', '.join(have)})" if have else ""))
+
+
+def _probe_sandbox(sandbox: Sandbox, env: _Environment, dockerfile: Path) -> dict:
+    """Look for every command, apt package and pip distribution the
+    Dockerfile asks for inside the sandbox the task will run in (its python3,
+    its PATH; on bubblewrap, the host's dpkg record, since the sandbox shares
+    the host's /usr)."""
+    need = {"binaries": sorted(env.binaries), "apt": sorted(env.apt), "pip": sorted(env.pip),
+            "dpkg_status": [f"{DPKG_MOUNT}/status", "/var/lib/dpkg/status"]}
+    mounts = []
+    if isinstance(sandbox, BubblewrapSandbox) and Path("/var/lib/dpkg/status").is_file():
+        mounts.append(Mount(Path("/var/lib/dpkg"), DPKG_MOUNT))
     with tempfile.TemporaryDirectory(prefix="clawloop-harbor-probe-") as scratch:
         os.chmod(scratch, 0o755)
-        outcome = sandbox.run(["python3", "-I", "-c", _PROBE, json.dumps(need)], [Mount(Path(scratch), "/workspace")],
+        outcome = sandbox.run(["python3", "-I", "-c", _PROBE, json.dumps(need)],
+                              [Mount(Path(scratch), "/workspace"), *mounts],
                               limits=SandboxLimits(wall_seconds=30.0, cpu_seconds=20))
     if outcome.exit_code != 0:
         tail = outcome.output.strip().splitlines()[-1:] or ["no output"]
-        if "python3" in need["binaries"] or outcome.exit_code == 127:
-            return [f"{dockerfile}: python3, which the probe of our sandbox needs, does not run: {tail[0][:200]}"]
         raise SandboxError(f"probing the sandbox for {dockerfile} failed (exit {outcome.exit_code}): {tail[0][:300]}")
-    reasons = []
-    for kind, name in json.loads(outcome.output.strip().splitlines()[-1]):
-        why = {"binary": env.binaries, "module": env.modules, "path": env.paths}[kind][name]
-        what = {"binary": f"the command {name!r}", "module": f"the Python module {name!r}", "path": name}[kind]
-        reasons.append(f"{why}: our sandbox lacks {what}")
-    return reasons
+    return json.loads(outcome.output.strip().splitlines()[-1])
+
+
+def _judge_probe(env: _Environment, probe: dict) -> tuple[list[str], list[str]]:
+    """(reasons the task cannot run here, adaptations) from the probe."""
+    reasons, adaptations = [], []
+    for name, path in probe["binaries"].items():
+        if path is None:
+            reasons.append(f"{env.binaries[name]}: our sandbox lacks the command {name!r}")
+    for name, version in probe["apt"].items():
+        if version is None and probe["dpkg"] is None:
+            reasons.append(f"{env.apt[name]}: our sandbox has no dpkg record to check the apt package {name!r} against")
+        elif version is None:
+            reasons.append(f"{env.apt[name]}: the apt package {name!r} is not installed in our sandbox")
+    for name, version in probe["pip"].items():
+        requirement, why = env.pip[name]
+        if version is None:
+            reasons.append(f"{why}: our sandbox's python3 lacks the distribution {name!r}")
+            continue
+        pinned = re.search(r"==\s*([A-Za-z0-9.+!*-]+)", requirement)
+        if pinned and pinned.group(1) != version:
+            adaptations.append(f"{why}: {name} {pinned.group(1)} pinned, {version} installed in our sandbox")
+    wanted = re.search(r"python[:-](\d+\.\d+)", (env.base_image or "").lower())
+    have = ".".join(probe["python"].split(".")[:2])
+    if wanted and wanted.group(1) != have:
+        adaptations.append(f"FROM {env.base_image}: Python {wanted.group(1)} asked for, our sandbox's python3 is "
+                           f"{probe['python']}")
+    return reasons, adaptations
 
 
 def _safe_workdir(path: str) -> bool:
@@ -632,8 +1050,7 @@ def _copy_into(source: Path, target: Path) -> None:
 
 
 def _write_bundle(staging: Path, src: Path, task_id: str, instruction: str, config: dict, env: _Environment,
-                  solve: str | None) -> list[str]:
-    notes = []
+                  solve: str, script: _Script, toolchain: Toolchain | None) -> None:
     workdir = env.workdir
     workspace = staging / "environment"
     workspace.mkdir()
@@ -654,6 +1071,10 @@ def _write_bundle(staging: Path, src: Path, task_id: str, instruction: str, conf
     for directory in env.directories:
         if _within(directory, workdir):
             (workspace / os.path.relpath(directory, workdir)).mkdir(parents=True, exist_ok=True)
+    for target, text in env.inline_files.items():
+        file = workspace / os.path.relpath(target, workdir)
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_text(text, encoding="utf-8")
     added_contract = not (workspace / "CONTRACT.md").exists()
     if added_contract:
         # Our bundle layout requires it; the verifier hides it again (see harbor_verifier_mounts).
@@ -663,20 +1084,24 @@ def _write_bundle(staging: Path, src: Path, task_id: str, instruction: str, conf
 
     (staging / "instruction.md").write_text(_to_workspace(instruction, workdir), encoding="utf-8")
     (staging / "solution").mkdir()
-    if solve is None:
-        notes.append(f"{src / 'solution' / 'solve.sh'}: missing; the oracle of this bundle fails")
-        solve = "#!/bin/bash\necho 'the Harbor task has no solution/solve.sh' >&2\nexit 1\n"
-    else:
-        solve = f"cd /workspace\n{_to_workspace(solve, workdir)}"
-    (staging / "solution" / "solve.sh").write_text(solve, encoding="utf-8")
+    (staging / "solution" / "solve.sh").write_text(f"cd /workspace\n{_to_workspace(solve, workdir)}", encoding="utf-8")
     shutil.copytree(src / "tests", staging / "tests")
+    (staging / "tests" / "test.sh").write_text(script.text, encoding="utf-8")  # adapted: see _adapt_test_sh
     (staging / "tests" / "verify.py").write_text(_WRAPPER, encoding="utf-8")
     (staging / "answer").mkdir()
+    # The tests' environment: the Dockerfile's ENV, then task.toml's
+    # [verifier] env, then (when test.sh runs uv) the offline toolchain's.
+    test_env = {**env.variables, **config["verifier_env"]}
+    if script.uses_toolchain:
+        test_env.update(TOOLCHAIN_ENV, PATH=TOOLCHAIN_PATH)
     check = {"type": CHECK_TYPE, "name": "harbor_reward", "workdir": workdir, "timeout_s": config["verifier_timeout_s"],
-             "env": config["verifier_env"], "added_contract": added_contract}
+             "env": test_env, "added_contract": added_contract, "toolchain": script.uses_toolchain,
+             "memory_bytes": config["memory_bytes"], "cpus": config["cpus"],
+             "workspace_bytes": min(config["storage_bytes"], MAX_WORKSPACE_BYTES)}
     (staging / "answer" / "answer.json").write_text(json.dumps({"key": None, "checks": [check]}, indent=2) + "\n")
     meta = {"track": "terminal", "format": "files", "contract": {"rules": []}, "source": "harbor",
-            "harbor_source": str(src), "workdir": workdir}
+            "harbor_source": str(src), "workdir": workdir,
+            "oracle_env": {name: _to_workspace(value, workdir) for name, value in env.variables.items()}}
     (staging / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     write_task_toml(
         staging / "task.toml", task_id=task_id, capability=HARBOR_CAPABILITY, domain=config["domain"],
@@ -693,7 +1118,76 @@ def _write_bundle(staging: Path, src: Path, task_id: str, instruction: str, conf
         for name in filenames:
             file = Path(dirpath) / name
             os.chmod(file, (file.stat().st_mode & 0o777) | 0o644)
-    return notes
+
+
+@functools.lru_cache(maxsize=1024)
+def _memory_of(answer_path: str, mtime_ns: int) -> int | None:
+    check = next((c for c in json.loads(Path(answer_path).read_text(encoding="utf-8")).get("checks") or []
+                  if c.get("type") == CHECK_TYPE), None)
+    return int(check["memory_bytes"]) if check and "memory_bytes" in check else None
+
+
+def task_memory_bytes(bundle: TaskBundle, default: int) -> int:
+    """The memory an agent's command may use on `bundle`: an imported
+    Harbor task's own (task.toml `memory`), else `default`."""
+    if bundle.capability != HARBOR_CAPABILITY:
+        return default
+    memory = _memory_of(str(bundle.answer_path), bundle.answer_path.stat().st_mtime_ns)
+    return memory or default
+
+
+def harbor_limits(check: dict, wall_seconds: float) -> SandboxLimits:
+    """The sandbox limits of a Harbor task's oracle and tests: its task.toml
+    memory, CPU time for `wall_seconds` on each of its cpus, files up to its
+    workspace size. bubblewrap enforces memory per process (address space)
+    and, run as root, for the whole run (memory cgroup); no backend here
+    limits the number of cores."""
+    return SandboxLimits(wall_seconds=wall_seconds, cpu_seconds=max(1, int(wall_seconds * check["cpus"])),
+                         memory_bytes=int(check["memory_bytes"]), file_size_bytes=int(check["workspace_bytes"]),
+                         max_processes=HARBOR_MAX_PROCESSES, tmp_bytes=HARBOR_TMP_BYTES)
+
+
+def validate_harbor_bundle(sandbox: Sandbox, bundle: TaskBundle, oracle_timeout_s: float) -> str | None:
+    """Run an imported task here: its oracle (solution/solve.sh, in a fresh
+    copy of the workspace) must pass its tests and the untouched workspace
+    must fail them. None when it does; else the reason, one line."""
+    check = harbor_check(bundle)
+    meta = json.loads((bundle.root / "meta.json").read_text(encoding="utf-8"))
+    source = meta.get("harbor_source", str(bundle.root))
+    solve = f"{source}/solution/solve.sh"
+    with tempfile.TemporaryDirectory(prefix="clawloop-harbor-oracle-") as tmp:
+        workspace = Path(tmp) / "workspace"
+        os.chmod(tmp, 0o755)
+        with disk_quota(workspace, int(check["workspace_bytes"]), max_files=200_000):
+            shutil.copytree(bundle.environment_dir, workspace, dirs_exist_ok=True)
+            os.chmod(workspace, 0o755)
+            outcome = sandbox.run(["bash", "/solution/solve.sh"],
+                                  [Mount(workspace, "/workspace", writable=True), Mount(bundle.solution_path.parent, "/solution")],
+                                  limits=harbor_limits(check, oracle_timeout_s), env=meta.get("oracle_env") or {})
+        last = (outcome.output.strip().splitlines() or ["no output"])[-1][:200]
+        if outcome.timed_out:
+            return f"{solve}: the oracle did not finish within {oracle_timeout_s:g} s here (last output: {last})"
+        if outcome.exit_code != 0:
+            return f"{solve}: the oracle exited with code {outcome.exit_code} here (last output: {last})"
+        solved = run_verifier_for_import(sandbox, bundle, workspace)
+    tests = f"{source}/tests/test.sh"
+    if solved.status != "scored":
+        return f"{tests}: verifier error on the oracle's workspace: {solved.error}"
+    if solved.reward != 1.0:
+        detail = "; ".join(c.get("detail", "") for c in solved.checks)[:300]
+        return f"{tests}: the oracle's workspace fails the task's own tests: {detail}"
+    untouched = run_verifier_for_import(sandbox, bundle, bundle.environment_dir)
+    if untouched.status != "scored":
+        return f"{tests}: verifier error on the untouched workspace: {untouched.error}"
+    if untouched.reward != 0.0:
+        return f"{tests}: the untouched workspace already passes the task's own tests"
+    return None
+
+
+def run_verifier_for_import(sandbox: Sandbox, bundle: TaskBundle, workspace: Path):
+    from clawloop_assets.harness.verification import run_verifier  # verification imports this module
+
+    return run_verifier(sandbox, bundle, workspace)
 
 
 # ---------------------------------------------------------------- verifier side
@@ -713,14 +1207,21 @@ def harbor_check(bundle: TaskBundle) -> dict | None:
                               f"outside the system directories, got {check.get('workdir')!r}")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_VERIFIER_TIMEOUT_S:
         raise TaskBundleError(f"{bundle.answer_path}: harbor check 'timeout_s' must be in (0, {MAX_VERIFIER_TIMEOUT_S}]")
+    check = {"memory_bytes": DEFAULT_MEMORY_BYTES, "cpus": 1, "workspace_bytes": 64 << 20, **check}  # older imports
+    for name in ("memory_bytes", "cpus", "workspace_bytes"):
+        value = check[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise TaskBundleError(f"{bundle.answer_path}: harbor check {name!r} must be a positive number, got {value!r}")
     return check
 
 
-def harbor_verifier_mounts(bundle: TaskBundle, final_workspace: Path, scratch: Path) -> tuple[list[Mount], float] | None:
+def harbor_verifier_mounts(bundle: TaskBundle, final_workspace: Path,
+                           scratch: Path) -> tuple[list[Mount], SandboxLimits] | None:
     """For an imported Harbor bundle: the extra mounts its test.sh expects (a
     writable copy of the final workspace at the WORKDIR, so what the tests
-    write never reaches the rollout's workspace, and a writable /logs/verifier)
-    and the wall seconds the verifier needs. None for our own tasks."""
+    write never reaches the rollout's workspace, a writable /logs/verifier,
+    and the offline toolchain, read-only, when test.sh uses uv) and the
+    limits the verifier runs under. None for our own tasks."""
     check = harbor_check(bundle)
     if check is None:
         return None
@@ -741,7 +1242,13 @@ def harbor_verifier_mounts(bundle: TaskBundle, final_workspace: Path, scratch: P
     # hiding the writable /logs/verifier from the sandbox uid.
     mounts = [Mount(app, check["workdir"], writable=True), Mount(logs, str(PurePosixPath(REWARD_DIR).parent)),
               Mount(logs / "verifier", REWARD_DIR, writable=True)]
-    return mounts, float(check["timeout_s"]) + 10.0
+    if check.get("toolchain"):
+        toolchain = load_toolchain()
+        if toolchain is None:  # the harness's own setup is missing: an error, never a score
+            raise TaskBundleError(f"{bundle.answer_path}: its tests need the Harbor toolchain (uv and its wheelhouse), "
+                                  "which is not built here: run `make setup`")
+        mounts.append(Mount(toolchain.root, TOOLCHAIN_MOUNT))
+    return mounts, harbor_limits(check, float(check["timeout_s"]) + 10.0)
 
 
 # The bundle's tests/verify.py: stdlib only, run by run_verifier as

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence, TypeVar
 
+from clawloop_assets.harbor.task_format import task_memory_bytes
 from clawloop_assets.harness.verification import run_verifier
 from clawloop_assets.task_bundle import TaskBundle
 from resources.policy import Completion, PolicyServerError, PolicySession, SamplingParams
@@ -498,6 +499,7 @@ def _act(rollout: Rollout, episode: Callable[[], EpisodeRunner], settings: Agent
             wall_seconds=rollout.task.command_timeout_s,
             cpu_seconds=max(1, int(rollout.task.command_timeout_s)),
             output_bytes=settings.output_bytes,
+            memory_bytes=task_memory_bytes(rollout.task, SandboxLimits.memory_bytes),
         )
         try:
             runner = episode()

@@ -86,9 +86,9 @@ def run_verifier(
         except TaskBundleError as exc:
             return VerifierResult("error", None, error=str(exc), seconds=time.monotonic() - started)
         if harbor is not None:
-            mounts += harbor[0]
-            limits = replace(limits, wall_seconds=max(limits.wall_seconds, harbor[1]),
-                             cpu_seconds=max(limits.cpu_seconds, int(harbor[1])))
+            # The WORKDIR's writable copy may be /workspace itself: it takes the read-only copy's place.
+            mounts = [m for m in mounts if m.target not in {h.target for h in harbor[0]}] + harbor[0]
+            limits = replace(harbor[1], output_bytes=limits.output_bytes)
         outcome = sandbox.run(
             VERIFIER_ARGV,
             mounts,
