@@ -29,6 +29,7 @@ from pathlib import Path
 
 HOME = "CLAWLOOP_HOME"
 MODEL_CACHE = "CLAWLOOP_MODEL_CACHE"
+HARBOR_TOOLCHAIN = "CLAWLOOP_HARBOR_TOOLCHAIN"
 PROFILE = "CLAWLOOP_PROFILE"
 POLICY = "CLAWLOOP_POLICY"
 POLICY_URL = "CLAWLOOP_POLICY_URL"
@@ -100,6 +101,10 @@ class Environment:
         "Where the converted base model is cached, apart from the home so that throwaway homes (tests, "
         "benchmarks) share one. An empty value counts as unset.",
         default="$CLAWLOOP_HOME/models", valid="a directory path", docs="README.md (\"Where state lives\")")
+    CLAWLOOP_HARBOR_TOOLCHAIN: str | None = _variable(
+        "Where `clawloop setup` builds the offline toolchain of Harbor tasks' verifiers (uv, uvx, a wheelhouse), "
+        "shared by every home on the machine like the vLLM venv. An empty value counts as unset.",
+        default="~/.clawloop/harbor-toolchain", valid="a directory path", docs="docs/harbor.md")
 
     # --- which setup and which backends ---------------------------------------------------------------------
     CLAWLOOP_PROFILE: str | None = _variable(
@@ -172,6 +177,12 @@ class Environment:
         if self.CLAWLOOP_MODEL_CACHE:
             return Path(self.CLAWLOOP_MODEL_CACHE).expanduser().resolve()
         return self.home / "models"
+
+    @property
+    def harbor_toolchain(self) -> Path:
+        if self.CLAWLOOP_HARBOR_TOOLCHAIN:
+            return Path(self.CLAWLOOP_HARBOR_TOOLCHAIN).expanduser().resolve()
+        return DEFAULT_HOME / "harbor-toolchain"
 
     @property
     def profile(self) -> str:

@@ -29,6 +29,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from resources.environment import read_environment
 from resources.paths import staged_directory
 
 REQUIREMENTS = Path(__file__).with_name("toolchain.txt")
@@ -69,10 +70,9 @@ def normalize(name: str) -> str:
 
 
 def toolchain_dir() -> Path:
-    """Shared by every $CLAWLOOP_HOME on the machine, like the vLLM venv:
-    $CLAWLOOP_HARBOR_TOOLCHAIN, else ~/.clawloop/harbor-toolchain."""
-    given = os.environ.get("CLAWLOOP_HARBOR_TOOLCHAIN")
-    return Path(given) if given else Path.home() / ".clawloop" / "harbor-toolchain"
+    """Shared by every $CLAWLOOP_HOME on the machine, like the vLLM venv
+    (resources.environment: CLAWLOOP_HARBOR_TOOLCHAIN)."""
+    return read_environment().harbor_toolchain
 
 
 def _requirements() -> list[str]:
