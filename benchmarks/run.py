@@ -14,6 +14,7 @@ from benchmarks import (
     round_phases,
     sandbox_overhead,
     sequential_rollouts,
+    shared_prefix,
     synthesis_throughput,
     training_steps,
 )
@@ -62,6 +63,8 @@ def main() -> None:
     run("training_steps",
         "timing GRPO and SFT training steps on the embedded model, ours beside TRL's trainers (several minutes)",
         training_steps.measure)
+    run("shared_prefix", "a training pass with the rows' shared prefix run once, against every row whole",
+        shared_prefix.measure)
     run("sequential_rollouts",
         "validating 48 level-0 candidates with all 8 rollouts and in waves, on the embedded model",
         sequential_rollouts.measure)

@@ -337,3 +337,25 @@ def test_harness_throughput_refuses_an_episode_that_did_not_score_1(base_checkpo
     with pytest.raises(RuntimeError, match="did not score 1"):
         harness_throughput.measure(task_count=1, samples_per_task=1, workers=(1,), sandbox=BubblewrapSandbox(),
                                    tokenizer_dir=base_checkpoint_dir)
+
+
+def test_shared_prefix_batch_opens_every_row_with_the_agents_real_opening(base_checkpoint_dir):
+    """The premise of the shared-prefix benchmark: rows of different tasks
+    share the system prompt and worked examples, through the real template."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from benchmarks import shared_prefix
+    from clawloop_assets.harness.agent_loop import SYSTEM_PROMPT
+    from training_jobs.policy_gradient import MIN_SHARED_PREFIX_TOKENS, shared_prefix_length
+    from training_jobs.trajectories import pad_batch
+
+    tokenizer = AutoTokenizer.from_pretrained(base_checkpoint_dir)
+    rows = shared_prefix.realistic_batch(tokenizer, tokenizer.vocab_size)
+    padded = pad_batch(rows)
+    keep = torch.zeros(padded.input_ids.shape, dtype=torch.bool)
+    keep[:, :-1] = padded.target_action_mask > 0
+    shared = shared_prefix_length(padded.input_ids, padded.attention_mask, keep)
+    assert shared >= MIN_SHARED_PREFIX_TOKENS
+    assert SYSTEM_PROMPT in tokenizer.decode(rows[0].token_ids[:shared])
+    assert len({tuple(row.token_ids[shared:]) for row in rows}) == len(rows)  # each row its own task
