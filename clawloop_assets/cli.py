@@ -312,6 +312,13 @@ def main(argv: list[str] | None = None) -> None:
     harbor_import.add_argument("--oracle-timeout", type=float, default=None,
                                help="seconds each task's oracle may run while it is validated "
                                     "(default: the task's agent timeout, at most 600)")
+    harbor_run = commands.add_parser("harbor-run", help="run a Harbor task the Harbor way on the Docker engine: build "
+                                                        "its Dockerfile, run solve.sh, then test.sh; prints the reward "
+                                                        "of the oracle and of the untouched environment")
+    harbor_run.add_argument("task", type=Path, help="a Harbor task directory (task.toml, environment/, tests/)")
+    harbor_run.add_argument("--cpu-shares", type=int, default=None,
+                            help="docker --cpu-shares of the build and the containers (default: "
+                                 "$CLAWLOOP_DOCKER_CPU_SHARES, else Docker's)")
     harbor_export = commands.add_parser("harbor-export", help="write a round's admitted tasks in the Harbor task format")
     harbor_export.add_argument("--round", required=True, help="round key, e.g. round-0001")
     harbor_export.add_argument("--out", type=Path, required=True, help="a directory that does not exist yet")
@@ -333,6 +340,23 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"clawloop harbor-import: {exc}") from None
         print(render_import_table(results), end="")
         print(f"manifest: {manifest}")
+    elif args.command == "harbor-run":
+        from clawloop_assets.harbor.docker_run import validate_the_harbor_way
+        from clawloop_assets.harbor.task_format import HarborTaskError
+
+        try:
+            failure, solved, untouched = validate_the_harbor_way(args.task, cpu_shares=args.cpu_shares)
+        except HarborTaskError as exc:
+            raise SystemExit(f"clawloop harbor-run: {exc}") from None
+        print(f"image: {solved.image}")
+        for note in solved.adaptations:
+            print(f"adapted: {note}")
+        for run in (solved, untouched):
+            if run is not None:
+                reward = "no reward" if run.reward is None else f"reward {run.reward:g}"
+                print(f"{'oracle' if run.oracle else 'untouched'}: {reward} ({run.seconds:.1f} s): {run.detail}")
+        if failure:
+            raise SystemExit(f"clawloop harbor-run: {failure}")
     elif args.command == "harbor-export":
         from clawloop_assets.harbor.task_format import export_round
         from resources.warehouse import DuckDBWarehouse
