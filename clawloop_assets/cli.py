@@ -282,7 +282,13 @@ def evaluate_task_dir(directory: Path, checkpoint: str | None, samples: int | No
 
     from clawloop_assets.assets.evaluation import evaluation_sampling_seed
     from clawloop_assets.definitions import resources_for
-    from clawloop_assets.evaluation.task_dir import EvalError, evaluate_tasks, load_eval_tasks, render_eval, resolve_checkpoint
+    from clawloop_assets.evaluation.task_dir import (
+        EvalError,
+        evaluate_tasks,
+        load_eval_tasks,
+        render_eval,
+        resolve_checkpoint,
+    )
     from resources.checkpoints import CheckpointError, checkpoint_id
     from resources.warehouse import DuckDBWarehouse
 

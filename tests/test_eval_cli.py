@@ -3,10 +3,10 @@ validated tasks (here our own exported round, imported back), pass@1 with
 its interval per task set and a table of tasks; bad input refused naming it."""
 
 import json
-from pathlib import Path
 
 import polars as pl
 import pytest
+from test_agent_loop import ScriptedSession, oracle_command
 
 from clawloop_assets.cli import main
 from clawloop_assets.evaluation.fixed_set import EvaluationTask, pass_at_1_by_set
@@ -15,7 +15,6 @@ from clawloop_assets.harbor.task_format import export_round, import_harbor_direc
 from clawloop_assets.harness.agent_loop import AgentSettings
 from resources.policy import Completion
 from resources.sandbox import BubblewrapSandbox
-from test_agent_loop import ScriptedSession, oracle_command
 
 
 class ByTaskSession(ScriptedSession):

@@ -6,7 +6,6 @@ environment 0."""
 
 import json
 import os
-from pathlib import Path
 
 import pytest
 

@@ -23,7 +23,7 @@ from clawloop_assets.evaluation.fixed_set import (
 from clawloop_assets.harbor.task_format import MANIFEST_NAME
 from clawloop_assets.harness.agent_loop import AgentSettings, rollout_row, run_rollouts
 from clawloop_assets.markdown import markdown_table
-from resources.checkpoints import checkpoint_id, verify_checkpoint
+from resources.checkpoints import verify_checkpoint
 from resources.policy import PolicyModel, PolicySession
 from resources.sandbox import Sandbox
 from resources.warehouse import table_frame
