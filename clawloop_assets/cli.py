@@ -276,6 +276,44 @@ def transfer_to_base(pool: Path, base_checkpoint: Path | None, out: Path, sample
     return summary
 
 
+def evaluate_task_dir(directory: Path, checkpoint: str | None, samples: int | None) -> None:
+    """`clawloop eval` on the configured policy and sandbox backends."""
+    import tempfile
+
+    from clawloop_assets.assets.evaluation import evaluation_sampling_seed
+    from clawloop_assets.definitions import resources_for
+    from clawloop_assets.evaluation.task_dir import (
+        EvalError,
+        evaluate_tasks,
+        load_eval_tasks,
+        render_eval,
+        resolve_checkpoint,
+    )
+    from resources.checkpoints import CheckpointError, checkpoint_id
+    from resources.warehouse import DuckDBWarehouse
+
+    resources = resources_for(read_environment().profile)
+    policy, loop = resources["policy"], resources["loop"]
+    try:
+        tasks = load_eval_tasks(directory)
+        path = resolve_checkpoint(checkpoint, policy, DuckDBWarehouse)
+        ident = checkpoint_id(path)
+    except (EvalError, CheckpointError) as exc:
+        raise SystemExit(f"clawloop eval: {exc}") from None
+    print(f"{len(tasks)} task(s) from {directory}, checkpoint {ident} ({path})", flush=True)
+    session = policy.load(path)
+    try:
+        with tempfile.TemporaryDirectory(prefix="clawloop-eval-") as workdir:
+            report = evaluate_tasks(session, resources["sandbox"], tasks, ident, samples or loop.evaluation_samples,
+                                    loop.agent_settings(), Path(workdir), evaluation_sampling_seed(loop),
+                                    progress=lambda message: print(message, flush=True))
+    except EvalError as exc:
+        raise SystemExit(f"clawloop eval: {exc}") from None
+    finally:
+        session.close()
+    print(render_eval(report), end="")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="clawloop", description=__doc__)
     environment = read_environment()  # the backend options' defaults: $CLAWLOOP_POLICY, $CLAWLOOP_SANDBOX
@@ -312,6 +350,22 @@ def main(argv: list[str] | None = None) -> None:
     harbor_import.add_argument("--oracle-timeout", type=float, default=None,
                                help="seconds each task's oracle may run while it is validated "
                                     "(default: the task's agent timeout, at most 600)")
+    evaluate = commands.add_parser("eval", help="a policy checkpoint on a directory of imported tasks: pass@1 with its "
+                                                "95%% interval per task set, and a table of tasks")
+    evaluate.add_argument("--tasks", type=Path, required=True,
+                          help="a directory `clawloop harbor-import SRC --dest DIR` validated tasks into")
+    evaluate.add_argument("--checkpoint", default=None,
+                          help="a checkpoint directory, a round key (its trained policy) or a checkpoint id; "
+                               "default: the policy's base model")
+    evaluate.add_argument("--samples", type=int, default=None,
+                          help="rollouts per task (default: the loop's evaluation_samples)")
+    harbor_run = commands.add_parser("harbor-run", help="run a Harbor task the Harbor way on the Docker engine: build "
+                                                        "its Dockerfile, run solve.sh, then test.sh; prints the reward "
+                                                        "of the oracle and of the untouched environment")
+    harbor_run.add_argument("task", type=Path, help="a Harbor task directory (task.toml, environment/, tests/)")
+    harbor_run.add_argument("--cpu-shares", type=int, default=None,
+                            help="docker --cpu-shares of the build and the containers (default: "
+                                 "$CLAWLOOP_DOCKER_CPU_SHARES, else Docker's)")
     harbor_export = commands.add_parser("harbor-export", help="write a round's admitted tasks in the Harbor task format")
     harbor_export.add_argument("--round", required=True, help="round key, e.g. round-0001")
     harbor_export.add_argument("--out", type=Path, required=True, help="a directory that does not exist yet")
@@ -333,6 +387,25 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"clawloop harbor-import: {exc}") from None
         print(render_import_table(results), end="")
         print(f"manifest: {manifest}")
+    elif args.command == "eval":
+        evaluate_task_dir(args.tasks, args.checkpoint, args.samples)
+    elif args.command == "harbor-run":
+        from clawloop_assets.harbor.docker_run import validate_the_harbor_way
+        from clawloop_assets.harbor.task_format import HarborTaskError
+
+        try:
+            failure, solved, untouched = validate_the_harbor_way(args.task, cpu_shares=args.cpu_shares)
+        except HarborTaskError as exc:
+            raise SystemExit(f"clawloop harbor-run: {exc}") from None
+        print(f"image: {solved.image}")
+        for note in solved.adaptations:
+            print(f"adapted: {note}")
+        for run in (solved, untouched):
+            if run is not None:
+                reward = "no reward" if run.reward is None else f"reward {run.reward:g}"
+                print(f"{'oracle' if run.oracle else 'untouched'}: {reward} ({run.seconds:.1f} s): {run.detail}")
+        if failure:
+            raise SystemExit(f"clawloop harbor-run: {failure}")
     elif args.command == "harbor-export":
         from clawloop_assets.harbor.task_format import export_round
         from resources.warehouse import DuckDBWarehouse

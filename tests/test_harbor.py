@@ -16,6 +16,7 @@ from clawloop_assets.harbor.task_format import (
     MANIFEST_NAME,
     HarborTaskError,
     export_harbor_task,
+    import_harbor_directory,
     import_harbor_task,
 )
 from clawloop_assets.harness.agent_loop import AgentSettings, run_rollouts
@@ -95,7 +96,9 @@ def test_imported_task_scores_its_oracle_1_and_the_untouched_workspace_0(sandbox
     ("echo 1.5 > /logs/verifier/reward.txt", "not a number in [0, 1]"),
     ("echo nan > /logs/verifier/reward.txt", "not a number in [0, 1]"),
     ("echo tests ran", "left no /logs/verifier/reward.txt: no reward counts (last output: tests ran)"),
-    ("echo '{\"score\": 1}' > /logs/verifier/reward.json", "reward.json holds no number 'reward'"),
+    ("echo '{\"score\": 1, \"style\": 1}' > /logs/verifier/reward.json",
+     "reward.json holds no 'reward' and 2 other numbers (score, style)"),
+    ("echo '[1]' > /logs/verifier/reward.json", "not an object of named rewards"),
     ("echo crashed; exit 3", "tests/test.sh exited with code 3: its reward does not count (last output: crashed)"),
 ])
 def test_a_test_sh_without_a_valid_reward_scores_zero_with_the_reason(sandbox, tmp_path, test_sh, expected):
@@ -127,6 +130,23 @@ def test_a_partial_or_json_reward_is_read_and_only_a_full_reward_passes(sandbox,
     bundle = with_test_sh(bundle, "echo '{\"reward\": 1}' > /logs/verifier/reward.json")
     verdict = run_verifier(sandbox, bundle, fresh_workspace(bundle, tmp_path, "again"))
     assert (verdict.status, verdict.reward) == ("scored", 1.0)
+
+
+@pytest.mark.parametrize(("test_sh", "reward", "detail"), [
+    # Several named rewards, as Harbor reads them: "reward" is the task's.
+    ("""echo '{"reward": 1, "accuracy": 0.5, "note": "x"}' > /logs/verifier/reward.json""", 1.0,
+     "reward.json says 1; test.sh exited with code 0; other rewards: accuracy=0.5"),
+    ("""echo '{"reward": 0.5, "format": 1}' > /logs/verifier/reward.json""", 0.0, "reward.json says 0.5"),
+    # Without a "reward" key: reward.txt beside it, else its only number.
+    ("""echo '{"a": 0, "b": 0}' > /logs/verifier/reward.json; echo 1 > /logs/verifier/reward.txt""", 1.0,
+     "reward.txt says 1; test.sh exited with code 0; other rewards: a=0, b=0"),
+    ("""echo '{"score": 1}' > /logs/verifier/reward.json""", 1.0, "reward.json 'score' says 1"),
+])
+def test_a_multi_key_reward_json_is_read_as_harbor_reads_it(sandbox, tmp_path, test_sh, reward, detail):
+    bundle = with_test_sh(imported(sandbox, RUNNABLE, tmp_path), test_sh)
+    verdict = run_verifier(sandbox, bundle, fresh_workspace(bundle, tmp_path))
+    assert (verdict.status, verdict.reward) == ("scored", reward), verdict.error
+    assert detail in verdict.checks[0]["detail"]
 
 
 def test_a_task_no_longer_runnable_loses_the_bundle_of_its_earlier_import(sandbox, tmp_path):
@@ -254,8 +274,12 @@ def test_export_then_import_round_trip_of_a_generated_task(sandbox, clawloop_hom
         original = load_task_bundle(tmp_path / "tasks" / task_id)
         exported = out / task_id
         config = tomllib.loads((exported / "task.toml").read_text())
-        assert config["verifier"]["timeout_sec"] > 0 and config["agent"]["timeout_sec"] > 0
+        # Harbor's norms, and the harness's own worst case for the agent.
+        assert config["verifier"]["timeout_sec"] >= 600 and config["agent"]["timeout_sec"] >= 600
+        assert config["agent"]["timeout_sec"] >= original.max_turns * original.command_timeout_s
         assert config["environment"]["gpus"] == 0 and config["metadata"]["clawloop_task_id"] == task_id
+        # Built from its own Dockerfile: a prebuilt image would skip the COPY into /app.
+        assert "docker_image" not in config["environment"]
         dockerfile = (exported / "environment" / "Dockerfile").read_text()
         assert dockerfile.startswith("FROM python:3.11-slim\n") and "WORKDIR /app\nCOPY workspace/ /app/\n" in dockerfile
         assert (exported / "tests" / "answer.json").read_bytes() == original.answer_path.read_bytes()
@@ -270,6 +294,11 @@ def test_export_then_import_round_trip_of_a_generated_task(sandbox, clawloop_hom
         assert (verdict.status, verdict.reward) == ("scored", 1.0), verdict.error
     with pytest.raises(FileExistsError):
         export_harbor_task(original, out)
+    # The whole exported round imports back, every task validated (oracle 1, untouched 0).
+    results, manifest = import_harbor_directory(out, tmp_path / "reimported", sandbox)
+    assert [(r.source.name, r.runnable) for r in results] == [(t, True) for t in sorted(task_ids[:2])], \
+        [r.reasons for r in results]
+    assert len(json.loads(manifest.read_text())["runnable"]) == 2
 
 
 @pytest.mark.slow

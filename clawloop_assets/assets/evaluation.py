@@ -9,7 +9,7 @@ import dagster as dg
 from clawloop_assets.assets.common import ROLLOUTS_POOL, record_cost
 from clawloop_assets.assets.training import policy_checkpoint
 from clawloop_assets.cost import measure
-from clawloop_assets.evaluation.fixed_set import evaluation_tasks, pass_at_1, rollout_errors
+from clawloop_assets.evaluation.fixed_set import evaluation_tasks, pass_at_1, pass_at_1_by_set, rollout_errors
 from clawloop_assets.harness.agent_loop import rollout_row, run_rollouts
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.markdown import markdown_table
@@ -61,12 +61,20 @@ def evaluation(context: dg.AssetExecutionContext, warehouse: Warehouse, sandbox:
     by_task = {t.task_id: t for t in tasks}
     # None (no scored rollout at all) is left out of the metadata.
     figure = {"evaluation_pass_at_1": score.pass_at_1, "evaluation_ci_low": score.ci_low, "evaluation_ci_high": score.ci_high}
+    # Each task set apart as well (our own set, each imported benchmark), one
+    # numeric entry per set so that it plots round over round.
+    by_set = pass_at_1_by_set(frame, tasks)
+    for name, part in by_set.items():
+        figure.update({f"pass_at_1[{name}]": part.pass_at_1, f"ci_low[{name}]": part.ci_low,
+                       f"ci_high[{name}]": part.ci_high})
     return dg.MaterializeResult(metadata={
         **{name: value for name, value in figure.items() if value is not None},
         "interval": "95% Wilson score interval over tasks (clawloop_assets/evaluation/fixed_set.py: pass_at_1)",
         "evaluation_tasks": score.tasks,
         "own_tasks": sum(t.source == "own" for t in tasks),
         "imported_tasks": sum(t.source == "imported" for t in tasks),
+        "by_task_set": markdown_table(["task set", "tasks", "pass@1", "95% interval"], [
+            (name, part.tasks, part.pass_at_1, f"[{part.ci_low}, {part.ci_high}]") for name, part in by_set.items()]),
         "samples_per_task": loop.evaluation_samples,
         # Errored samples count as not passed (never dropped); checks.py blocks a round with too many.
         "error_rollouts": score.errors,
@@ -76,7 +84,7 @@ def evaluation(context: dg.AssetExecutionContext, warehouse: Warehouse, sandbox:
         "seed": evaluation_sampling_seed(loop),
         "set_seconds": round(set_seconds, 2),
         "seconds": round(cost.wall_seconds, 2),
-        "per_task": markdown_table(["task", "source", "capability", "passes / k", "scored", "errors"], [
-            (r["task_id"], by_task[r["task_id"]].source, by_task[r["task_id"]].capability,
+        "per_task": markdown_table(["task", "task set", "capability", "passes / k", "scored", "errors"], [
+            (r["task_id"], by_task[r["task_id"]].task_set, by_task[r["task_id"]].capability,
              f"{r['passes']}/{r['samples']}", r["scored"], r["errors"]) for r in score.per_task.iter_rows(named=True)]),
     })

@@ -85,6 +85,9 @@ class EvaluationTask:
     task_id: str
     capability: str
     bundle: TaskBundle
+    # What pass@1 is reported by: "own" for our fixed set; for an imported
+    # task, its benchmark (the directory its tasks were imported from).
+    task_set: str = "own"
 
 
 # Rollout statuses that are the harness's failure, not a score (agent_loop.Rollout.status).
@@ -249,15 +252,15 @@ def _build_all(sandbox: Sandbox, root: Path, spec: EvaluationSetSpec, planned) -
     return manifest
 
 
-def imported_tasks() -> list[EvaluationTask]:
-    """The validated task bundles under the imports directory (none is
-    fine): those `clawloop harbor-import` listed as runnable in its manifest,
+def imported_tasks(directory: Path | None = None) -> list[EvaluationTask]:
+    """The validated task bundles under `directory` (default: the imports
+    directory; none is fine): those `clawloop harbor-import` listed as runnable in its manifest,
     byte for byte as validated. A bundle directory it did not validate, or
     one changed since, raises naming it, never enters the set silently.
     Hidden entries (an import in progress, the manifest) are skipped."""
     from clawloop_assets.harbor.task_format import HarborTaskError, read_import_manifest
 
-    directory = paths.evaluation_imports_dir()
+    directory = Path(directory) if directory is not None else paths.evaluation_imports_dir()
     if not directory.is_dir():
         return []
     try:
@@ -279,8 +282,24 @@ def imported_tasks() -> list[EvaluationTask]:
             bundle = load_task_bundle(path)
         except TaskBundleError as exc:
             raise EvaluationSetError(f"imported evaluation task {path.name} is malformed: {exc}") from exc
-        tasks.append(EvaluationTask("imported", bundle.task_id, bundle.capability, bundle))
+        tasks.append(EvaluationTask("imported", bundle.task_id, bundle.capability, bundle, benchmark_name(row)))
     return tasks
+
+
+def benchmark_name(row: dict) -> str:
+    """The benchmark an imported task belongs to: the directory of task
+    directories it was imported from (`clawloop harbor-import DIR`)."""
+    source = Path(str(row.get("source") or ""))
+    return source.parent.name or "imported"
+
+
+def pass_at_1_by_set(rollouts: pl.DataFrame, tasks: list[EvaluationTask]) -> dict[str, PassAtOne]:
+    """pass@1 of each task set apart (our own set, each imported benchmark),
+    own first: a benchmark's figure never mixes with another's."""
+    sets: dict[str, list[str]] = {}
+    for task in sorted(tasks, key=lambda t: (t.task_set != "own", t.task_set)):
+        sets.setdefault(task.task_set, []).append(task.task_id)
+    return {name: pass_at_1(rollouts.filter(pl.col("task_id").is_in(ids))) for name, ids in sets.items()}
 
 
 def evaluation_tasks(sandbox: Sandbox, spec: EvaluationSetSpec,

@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import re
 import shlex
@@ -116,6 +117,9 @@ HARBOR_TMP_BYTES = 512 << 20
 IMPORTED_MAX_TURNS = 30
 EXPORT_BASE_IMAGE = "python:3.11-slim"
 EXPORT_WORKDIR = "/app"
+# An exported task's timeouts: Harbor's benchmarks give an agent and a
+# verifier at least this long (Terminal-Bench 2's shortest agent timeout).
+HARBOR_MIN_TIMEOUT_S = 600.0
 # Our verifier under a name of its own in an exported tests/: an imported
 # task's tests/verify.py is our wrapper.
 EXPORTED_VERIFIER = "clawloop_verify.py"
@@ -1320,29 +1324,54 @@ def plain_file(path):
         return f.read(1 << 16)
 
 
+def number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def text_reward(path):
+    raw = plain_file(path)[:200].decode("utf-8", "replace").strip()
+    try:
+        return float(raw)
+    except ValueError:
+        raise Tampered(f"reward.txt holds {raw[:60]!r}, not a number in [0, 1]")
+
+
 def read_reward():
+    # Harbor's rule: reward.json, when there, is an object of named rewards
+    # (its numeric fields; others are ignored) and the task's reward is its
+    # "reward" key, else reward.txt beside it, else its only key; several
+    # keys and none of those is a result Harbor cannot reduce either.
+    # Without reward.json, reward.txt holds the one number.
     text_path, json_path = os.path.join(REWARD_DIR, "reward.txt"), os.path.join(REWARD_DIR, "reward.json")
-    if os.path.lexists(text_path):
-        raw = plain_file(text_path)[:200].decode("utf-8", "replace").strip()
-        try:
-            value = float(raw)
-        except ValueError:
-            raise Tampered(f"reward.txt holds {raw[:60]!r}, not a number in [0, 1]")
-        source = "reward.txt"
-    elif os.path.lexists(json_path):
+    named = {}
+    if os.path.lexists(json_path):
         raw = plain_file(json_path).decode("utf-8", "replace")
         try:
-            value = json.loads(raw)["reward"]
-        except (ValueError, KeyError, TypeError):
-            raise Tampered(f"reward.json holds no number 'reward': {raw[:60]!r}")
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise Tampered(f"reward.json holds reward {value!r}, not a number in [0, 1]")
-        value, source = float(value), "reward.json"
+            parsed = json.loads(raw)
+        except ValueError:
+            raise Tampered(f"reward.json is not JSON: {raw[:60]!r}")
+        if not isinstance(parsed, dict):
+            raise Tampered(f"reward.json is not an object of named rewards: {raw[:60]!r}")
+        named = {str(k): float(v) for k, v in parsed.items() if number(v)}
+        if "reward" in parsed and "reward" not in named:
+            raise Tampered(f"reward.json holds reward {parsed['reward']!r}, not a number in [0, 1]")
+        if "reward" in named:
+            value, source = named.pop("reward"), "reward.json"
+        elif os.path.lexists(text_path):
+            value, source = text_reward(text_path), "reward.txt"
+        elif len(named) == 1:
+            (source, value), = named.items()
+            named, source = {}, f"reward.json {source!r}"
+        else:
+            raise Tampered(f"reward.json holds no 'reward' and {len(named)} other numbers "
+                           f"({', '.join(sorted(named))[:80]}); Harbor cannot reduce that to one reward either")
+    elif os.path.lexists(text_path):
+        value, source = text_reward(text_path), "reward.txt"
     else:
-        return None, None
+        return None, None, {}
     if not math.isfinite(value) or not 0.0 <= value <= 1.0:
         raise Tampered(f"{source} holds {value!r}, not a number in [0, 1]")
-    return value, source
+    return value, source, named
 
 
 def write_result(path, name, passed, detail):
@@ -1400,7 +1429,7 @@ def main():
     try:
         if directory.st_uid != fresh.st_uid or stat.S_IMODE(directory.st_mode) != stat.S_IMODE(fresh.st_mode):
             raise Tampered(f"{REWARD_DIR} had its owner or modes changed")
-        value, source = read_reward()
+        value, source, named = read_reward()
     except Tampered as exc:
         write_result(args.result, name, False, f"reward not counted: {exc}")
         return
@@ -1410,6 +1439,8 @@ def main():
         return
     passed = value == 1.0
     detail = f"{source} says {value:g}; test.sh exited with code 0"
+    if named:
+        detail += "; other rewards: " + ", ".join(f"{k}={v:g}" for k, v in sorted(named.items()))
     if not passed and value > 0:
         detail += " (partial credit counts as not passed)"
     write_result(args.result, name, passed, detail)
@@ -1470,8 +1501,28 @@ def export_harbor_task(bundle: TaskBundle, dest_dir: Path) -> Path:
         encoding="utf-8")
     for script in (tests / "test.sh", out / "solution" / "solve.sh"):
         script.chmod(0o755)
-    command_timeout = bundle.command_timeout_s
-    (out / "task.toml").write_text("\n".join([
+    (out / "task.toml").write_text(_export_task_toml(bundle), encoding="utf-8")
+    return out
+
+
+def export_timeouts(bundle: TaskBundle) -> tuple[float, float]:
+    """(agent, verifier) timeouts of an exported task. The agent's is what
+    our harness allows an episode at worst (every turn's command running to
+    its timeout), the verifier's our verifier's wall limit; each at least
+    HARBOR_MIN_TIMEOUT_S, since a Harbor run also starts the container and
+    the agent's model thinks between commands."""
+    from clawloop_assets.harness.verification import VERIFIER_LIMITS  # verification imports this module
+
+    agent = math.ceil(bundle.max_turns * bundle.command_timeout_s / 60.0) * 60.0
+    return max(HARBOR_MIN_TIMEOUT_S, agent), max(HARBOR_MIN_TIMEOUT_S, float(VERIFIER_LIMITS.wall_seconds))
+
+
+def _export_task_toml(bundle: TaskBundle) -> str:
+    # No [environment] docker_image: in Harbor it names a prebuilt image to
+    # use instead of building environment/Dockerfile, whose COPY is what puts
+    # the workspace in /app.
+    agent_timeout, verifier_timeout = export_timeouts(bundle)
+    return "\n".join([
         'version = "1.0"',
         "",
         "[metadata]",
@@ -1484,23 +1535,23 @@ def export_harbor_task(bundle: TaskBundle, dest_dir: Path) -> Path:
         f"clawloop_seed = {int(bundle.seed)}",
         f"clawloop_round = {json.dumps(bundle.round_key)}",
         f"clawloop_difficulty = {int(bundle.difficulty)}",
+        f"clawloop_max_turns = {int(bundle.max_turns)}",
+        f"clawloop_command_timeout_sec = {float(bundle.command_timeout_s)!r}",
         "",
         "[verifier]",
-        "timeout_sec = 60.0",
+        f"timeout_sec = {verifier_timeout!r}",
         "",
         "[agent]",
-        f"timeout_sec = {float(bundle.max_turns * command_timeout)!r}",
+        f"timeout_sec = {agent_timeout!r}",
         "",
         "[environment]",
         "build_timeout_sec = 600.0",
-        f"docker_image = {json.dumps(EXPORT_BASE_IMAGE)}",
         "cpus = 1",
-        "memory_mb = 2048",
-        "storage_mb = 10240",
+        'memory = "2G"',
+        'storage = "10G"',
         "gpus = 0",
         "allow_internet = false",
-    ]) + "\n", encoding="utf-8")
-    return out
+    ]) + "\n"
 
 
 def export_round(warehouse, round_key: str, out_dir: Path) -> list[Path]:

@@ -1,0 +1,437 @@
+"""A Harbor task run the Harbor way, on our Docker engine: its
+environment/Dockerfile built into an image, a container of it started, the
+oracle (solution/solve.sh) run in it, then tests/test.sh, and the reward read
+from /logs/verifier (reward.txt or reward.json).
+
+What differs from Harbor, each for a reason:
+
+- The `FROM` image is mapped to one built here (no image registry is
+  reachable): `python:*` to `clawloop/harbor-python:bookworm` (Debian
+  bookworm's python3 with pip, venv and `python`; sandbox_images/
+  harbor-python), `debian:*` and `ubuntu:*` to the Debian base that
+  sandbox_images/harness/build.sh imports. Any other base image is not
+  runnable here. A Python version other than Debian's is an adaptation.
+- The build runs with the host's network (Debian's mirror and PyPI), as
+  Harbor's does; nothing after it has a network. The host's own added CA
+  certificates go into the mapped base, so the build's HTTPS trusts what
+  the host trusts.
+- apt packages test.sh installs are installed at build time instead (the
+  tests run offline), and test.sh is adapted as the import adapts it
+  (task_format._adapt_test_sh): uv's installer and apt lines become no-ops,
+  uv/uvx resolve from the offline toolchain mounted read-only at
+  /harbor-toolchain.
+
+The containers are hardened as our Docker sandbox's: `--network none`,
+every capability dropped, no-new-privileges, our seccomp profile, a memory
+limit without swap from task.toml `memory`, `--cpus` from its `cpus`, a
+process limit, no core files. Unlike the sandbox's, the root filesystem is
+writable and the commands run as the image's user (root without
+capabilities, unless the Dockerfile says USER): the task's WORKDIR is part of
+the image, as in Harbor, and its files belong to the image's user.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import stat
+import subprocess
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from clawloop_assets.harbor.task_format import (
+    HARBOR_MAX_PROCESSES,
+    REWARD_DIR,
+    HarborTaskError,
+    _adapt_test_sh,
+    _dockerfile_instructions,
+    _read_task_toml,
+    _task_id,
+)
+from clawloop_assets.harbor.toolchain import TOOLCHAIN_ENV, TOOLCHAIN_MOUNT, Toolchain, load_toolchain
+from resources.sandbox import SandboxError, SandboxUnavailable, _docker_seccomp_file
+
+DEBIAN_BASE = "clawloop/debian-bookworm:base"
+PYTHON_BASE = "clawloop/harbor-python:bookworm"
+IMAGE_REPOSITORY = "clawloop-harbor"
+PYTHON_BASE_CONTEXT = Path(__file__).resolve().parents[2] / "sandbox_images" / "harbor-python"
+HOST_EXTRA_CAS = Path("/usr/local/share/ca-certificates")
+DEFAULT_BUILD_TIMEOUT_S = 600.0
+OUTPUT_CAP = 1 << 20
+# How long a container may take to start or to be removed.
+CONTAINER_SECONDS = 60.0
+
+
+class HarborRunError(HarborTaskError):
+    """The task cannot be run the Harbor way here (its base image, its build,
+    a test.sh line that needs the network); the message names the file."""
+
+
+@dataclass(frozen=True)
+class HarborRun:
+    """One run: the oracle (or nothing, `oracle=False`), then the tests."""
+
+    task: Path
+    image: str
+    oracle: bool
+    reward: float | None  # None: test.sh left no valid reward (see detail)
+    detail: str
+    rewards: dict[str, float] = field(default_factory=dict)  # every named reward reward.json held
+    oracle_exit: int | None = None  # None: no oracle run, or it timed out
+    oracle_timed_out: bool = False
+    test_exit: int | None = None  # None: test.sh timed out
+    adaptations: tuple[str, ...] = ()
+    seconds: float = 0.0
+
+
+def cpu_shares_setting() -> int | None:
+    """CLAWLOOP_DOCKER_CPU_SHARES: the CPU weight (docker --cpu-shares) of
+    the builds and containers, for a machine shared with other work."""
+    value = os.environ.get("CLAWLOOP_DOCKER_CPU_SHARES", "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 2:
+        raise ValueError(f"CLAWLOOP_DOCKER_CPU_SHARES must be an integer of at least 2, got {value!r}")
+    return int(value)
+
+
+def _docker() -> str:
+    path = shutil.which("docker")
+    if path is None:
+        raise SandboxUnavailable("the Docker client is not installed: run `make docker-backend`")
+    return path
+
+
+def _image_id(image: str) -> str | None:
+    probe = subprocess.run([_docker(), "image", "inspect", "--format", "{{.Id}}", image],
+                           capture_output=True, text=True, timeout=CONTAINER_SECONDS)
+    return probe.stdout.strip() if probe.returncode == 0 else None
+
+
+def _build(context: Path, tag: str, timeout_s: float, cpu_shares: int | None, what: str) -> None:
+    """`docker build` of `context` with the host's network (the classic
+    builder: no BuildKit daemon is set up here). A build that fails or runs
+    past `timeout_s` raises HarborRunError with the log's last lines."""
+    args = [_docker(), "build", "--network", "host", "--force-rm", "--quiet", "-t", tag,
+            *(["--cpu-shares", str(cpu_shares)] if cpu_shares else []), str(context)]
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s,
+                              env={**os.environ, "DOCKER_BUILDKIT": "0"})
+    except subprocess.TimeoutExpired:
+        raise HarborRunError(f"{what}: the image build did not finish within {timeout_s:g} s") from None
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-6:])
+        raise HarborRunError(f"{what}: the image build failed: {tail[-1500:]}")
+
+
+def ensure_base_images(cpu_shares: int | None = None) -> None:
+    """The local stand-ins for Harbor's base images, built once."""
+    if _image_id(DEBIAN_BASE) is None:
+        raise SandboxUnavailable(f"the Debian base image {DEBIAN_BASE} is missing: run `make docker-backend`")
+    if _image_id(PYTHON_BASE) is not None:
+        return
+    with tempfile.TemporaryDirectory(prefix="clawloop-harbor-base-") as tmp:
+        context = Path(tmp)
+        shutil.copyfile(PYTHON_BASE_CONTEXT / "Dockerfile", context / "Dockerfile")
+        cas = sorted(HOST_EXTRA_CAS.glob("*.crt")) if HOST_EXTRA_CAS.is_dir() else []
+        if cas:
+            (context / "ca").mkdir()
+            for ca in cas:
+                shutil.copyfile(ca, context / "ca" / ca.name)
+            with open(context / "Dockerfile", "a", encoding="utf-8") as f:
+                f.write("COPY ca/ /usr/local/share/ca-certificates/\nRUN update-ca-certificates >/dev/null\n")
+        _build(context, PYTHON_BASE, DEFAULT_BUILD_TIMEOUT_S, cpu_shares, str(PYTHON_BASE_CONTEXT / "Dockerfile"))
+
+
+_PYTHON_IMAGE = re.compile(r"(^|/)python:(\d+\.\d+)?")
+_DEBIAN_IMAGE = re.compile(r"(^|/)(debian|ubuntu|buildpack-deps)(:|$)")
+
+
+def map_base_image(image: str, where: str) -> tuple[str, str | None]:
+    """(the local image standing in for `image`, the adaptation or None)."""
+    name = image.lower()
+    python = _PYTHON_IMAGE.search(name)
+    if python:
+        version = python.group(2)
+        note = None if version == "3.11" else f"Python {version or '(unpinned)'} asked for, Debian bookworm's 3.11 used"
+        return PYTHON_BASE, f"{where}: FROM {image} built from {PYTHON_BASE}" + (f" ({note})" if note else "")
+    if _DEBIAN_IMAGE.search(name):
+        return DEBIAN_BASE, f"{where}: FROM {image} built from {DEBIAN_BASE} (Debian bookworm)"
+    raise HarborRunError(f"{where}: base image {image!r} has no local stand-in here "
+                         f"(only python:*, debian:* and ubuntu:* map to our Debian bases)")
+
+
+def task_dockerfile(dockerfile: Path, apt_packages: list[str]) -> tuple[str, list[str]]:
+    """The task's Dockerfile as built here: each FROM mapped (map_base_image;
+    a FROM naming an earlier stage is kept), and test.sh's apt packages
+    installed at the end, as root, then the Dockerfile's last USER again."""
+    lines = dockerfile.read_text(encoding="utf-8").splitlines()
+    stages, adaptations, user = set(), [], None
+    for number, keyword, args, _heredocs in _dockerfile_instructions(dockerfile):
+        if keyword == "USER":
+            user = args.strip()
+        if keyword != "FROM":
+            continue
+        where = f"{dockerfile}:{number}"
+        words = [w for w in args.split() if not w.startswith("--")]
+        if not words:
+            raise HarborRunError(f"{where}: FROM names no image")
+        image = words[0]
+        alias = words[2] if len(words) >= 3 and words[1].lower() == "as" else None
+        if image in stages:
+            local = image
+        else:
+            local, note = map_base_image(image, where)
+            adaptations.append(note)
+        if alias:
+            stages.add(alias)
+        lines[number - 1] = f"FROM {local}" + (f" AS {alias}" if alias else "")
+    if apt_packages:
+        lines += ["USER root",
+                  "RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
+                  f"{' '.join(apt_packages)} && rm -rf /var/lib/apt/lists/*"]
+        if user:
+            lines.append(f"USER {user}")
+        adaptations.append(f"apt packages tests/test.sh installs ({', '.join(apt_packages)}) installed at build time: "
+                           "the tests run offline")
+    return "\n".join(lines) + "\n", adaptations
+
+
+def build_task_image(task_dir: Path, apt_packages: list[str] = (), cpu_shares: int | None = None) -> tuple[str, list[str]]:
+    """Build `task_dir`'s environment/ into an image (reused when its
+    context, its mapped Dockerfile and the base images are unchanged).
+    Returns the tag and the adaptations."""
+    task_dir = Path(task_dir)
+    context, dockerfile = task_dir / "environment", task_dir / "environment" / "Dockerfile"
+    if not dockerfile.is_file():
+        raise HarborRunError(f"{dockerfile}: missing; a Harbor run builds the task's image from it")
+    text, adaptations = task_dockerfile(dockerfile, sorted(apt_packages))
+    ensure_base_images(cpu_shares)
+    digest = hashlib.sha256(text.encode())
+    for base in (DEBIAN_BASE, PYTHON_BASE):
+        digest.update((_image_id(base) or "").encode())
+    for path in sorted(p for p in context.rglob("*") if p.is_file() and not p.is_symlink()):
+        digest.update(str(path.relative_to(context)).encode() + b"\0" + path.read_bytes())
+    tag = f"{IMAGE_REPOSITORY}/{_task_id(task_dir.name).lower()}:{digest.hexdigest()[:16]}"
+    if _image_id(tag) is None:
+        timeout = float(tomllib_get(task_dir / "task.toml", "environment", "build_timeout_sec", DEFAULT_BUILD_TIMEOUT_S))
+        with tempfile.TemporaryDirectory(prefix="clawloop-harbor-build-") as tmp:
+            build = Path(tmp) / "context"
+            shutil.copytree(context, build, symlinks=True)
+            (build / "Dockerfile").write_text(text, encoding="utf-8")
+            _build(build, tag, timeout, cpu_shares, str(dockerfile))
+    return tag, adaptations
+
+
+def tomllib_get(path: Path, table: str, key: str, default):
+    import tomllib
+
+    value = tomllib.loads(path.read_text(encoding="utf-8")).get(table, {}).get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise HarborTaskError(f"{path}: [{table}] {key} must be a positive number, got {value!r}")
+    return value
+
+
+def read_reward(directory: Path) -> tuple[float | None, str, dict[str, float]]:
+    """The reward test.sh left in `directory` (the host side of
+    /logs/verifier), read by Harbor's rules as the bundle wrapper reads it:
+    reward.json's "reward", else reward.txt, else reward.json's only number.
+    (None, why, {}) when there is none or it is not a number in [0, 1].
+    Files are opened without following links: the container wrote them."""
+
+    def plain(name: str) -> str | None:
+        path = directory / name
+        if not os.path.lexists(path):
+            return None
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError as exc:
+            raise ValueError(f"{name} cannot be read as a plain file ({exc.strerror})") from None
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise ValueError(f"{name} is not a regular file")
+            return f.read(1 << 16).decode("utf-8", "replace")
+
+    def number(value) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    try:
+        text, data = plain("reward.txt"), plain("reward.json")
+        named: dict[str, float] = {}
+        if data is not None:
+            try:
+                parsed = json.loads(data)
+            except ValueError:
+                return None, f"reward.json is not JSON: {data[:60]!r}", {}
+            if not isinstance(parsed, dict):
+                return None, f"reward.json is not an object of named rewards: {data[:60]!r}", {}
+            named = {str(k): float(v) for k, v in parsed.items() if number(v)}
+            if "reward" in named:
+                value, source = named["reward"], "reward.json"
+            elif text is not None:
+                value, source = float(text.strip()), "reward.txt"
+            elif len(named) == 1:
+                (key, value), = named.items()
+                source = f"reward.json {key!r}"
+            else:
+                return None, f"reward.json holds no 'reward' and {len(named)} other numbers", named
+        elif text is not None:
+            value, source = float(text.strip()), "reward.txt"
+        else:
+            return None, f"no {REWARD_DIR}/reward.txt or reward.json", {}
+    except ValueError as exc:
+        return None, f"the reward is not a number: {exc}", {}
+    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        return None, f"{source} holds {value!r}, not a number in [0, 1]", named
+    return value, f"{source} says {value:g}", named
+
+
+def _exec(container: str, argv: list[str], timeout_s: float, env: dict[str, str] | None = None,
+          workdir: str | None = None) -> tuple[int | None, str]:
+    """Run `argv` in the container; (exit code or None when it ran past
+    `timeout_s`, its output capped). Past the timeout, every process in the
+    container but its pid 1 is killed, as Harbor ends an agent's time."""
+    args = [_docker(), "exec", *(["-w", workdir] if workdir else [])]
+    for name, value in (env or {}).items():
+        args += ["-e", f"{name}={value}"]
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen([*args, container, *argv], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            code = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            subprocess.run([_docker(), "exec", container, "kill", "-9", "-1"], capture_output=True,
+                           timeout=CONTAINER_SECONDS)
+            proc.kill()
+            proc.wait()
+            code = None
+        size = out.seek(0, os.SEEK_END)
+        out.seek(max(0, size - OUTPUT_CAP))
+        return code, out.read().decode("utf-8", "replace")
+
+
+def _image_path(image: str) -> str:
+    done = subprocess.run([_docker(), "image", "inspect", "--format", "{{json .Config.Env}}", image],
+                          capture_output=True, text=True, timeout=CONTAINER_SECONDS)
+    env = json.loads(done.stdout or "null") or []
+    return next((e.split("=", 1)[1] for e in env if e.startswith("PATH=")), "/usr/local/bin:/usr/bin:/bin")
+
+
+def run_harbor_task(task_dir: Path, *, oracle: bool = True, cpu_shares: int | None = None,
+                    toolchain: Toolchain | None = None, oracle_timeout_s: float | None = None) -> HarborRun:
+    """Build the task's image, start a container of it, run the oracle
+    (unless `oracle` is False: the untouched environment), then tests/test.sh,
+    and read the reward. A task that cannot be built or run here raises
+    HarborRunError; an engine that fails raises SandboxError."""
+    started = time.monotonic()
+    task_dir = Path(task_dir)
+    cpu_shares = cpu_shares if cpu_shares is not None else cpu_shares_setting()
+    config = _read_task_toml(task_dir / "task.toml")
+    if config["reasons"]:
+        raise HarborRunError("; ".join(config["reasons"]))
+    test_path = task_dir / "tests" / "test.sh"
+    if not test_path.is_file():
+        raise HarborRunError(f"{test_path}: missing; it is the verifier")
+    solve = task_dir / "solution" / "solve.sh"
+    if oracle and not solve.is_file():
+        raise HarborRunError(f"{solve}: missing; there is no oracle to run")
+    toolchain = toolchain or load_toolchain()
+    test_sh = test_path.read_text(encoding="utf-8")
+    first = _adapt_test_sh(test_sh, test_path, toolchain, None)
+    image, adaptations = build_task_image(task_dir, sorted(first.apt), cpu_shares)
+    name = f"clawloop-harbor-{uuid.uuid4().hex[:12]}"
+    memory = int(config["memory_bytes"])
+    with tempfile.TemporaryDirectory(prefix="clawloop-harbor-run-") as tmp:
+        logs = Path(tmp) / "verifier"
+        logs.mkdir()
+        os.chmod(tmp, 0o755)
+        os.chmod(logs, 0o777)  # the image's user writes the reward; made fresh for this run
+        args = [_docker(), "run", "-d", "--name", name, "--network", "none", "--hostname", "harbor",
+                "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+                "--security-opt", f"seccomp={_docker_seccomp_file()}",
+                "--memory", str(memory), "--memory-swap", str(memory), "--cpus", f"{config['cpus']:g}",
+                "--pids-limit", str(HARBOR_MAX_PROCESSES), "--ulimit", "core=0:0",
+                *(["--cpu-shares", str(cpu_shares)] if cpu_shares else []),
+                "-v", f"{logs}:{REWARD_DIR}:rw"]
+        if first.uses_toolchain:
+            if toolchain is None:
+                raise HarborRunError(f"{test_path}: uses uv, and the offline toolchain is not built: run `make setup`")
+            args += ["-v", f"{toolchain.root}:{TOOLCHAIN_MOUNT}:ro"]
+        started_container = subprocess.run([*args, "--entrypoint", "sleep", image, "infinity"],
+                                           capture_output=True, text=True, timeout=CONTAINER_SECONDS)
+        if started_container.returncode != 0:
+            raise SandboxError(f"the container of {image} did not start: {started_container.stderr.strip()[-500:]}")
+        try:
+            oracle_exit, timed_out = None, False
+            if oracle:
+                _copy_in(name, task_dir / "solution", "/solution")
+                timeout = oracle_timeout_s or config["agent_timeout_s"]
+                oracle_exit, output = _exec(name, ["bash", "/solution/solve.sh"], timeout)
+                timed_out = oracle_exit is None
+            probe, version = _exec(name, ["python3", "-c", "import platform; print(platform.python_version())"], 30.0)
+            python = version.strip().splitlines()[-1] if probe == 0 and version.strip() else None
+            script = _adapt_test_sh(test_sh, test_path, toolchain, python)
+            if script.reasons:
+                raise HarborRunError("; ".join(script.reasons))
+            with tempfile.TemporaryDirectory(prefix="clawloop-harbor-tests-") as tests_tmp:
+                tests = Path(tests_tmp) / "tests"
+                shutil.copytree(task_dir / "tests", tests, symlinks=True)
+                (tests / "test.sh").write_text(script.text, encoding="utf-8")
+                _copy_in(name, tests, "/tests")
+            env = dict(config["verifier_env"])
+            if script.uses_toolchain:
+                env.update(TOOLCHAIN_ENV, PATH=f"{TOOLCHAIN_MOUNT}/bin:{_image_path(image)}")
+            test_exit, test_output = _exec(name, ["bash", "/tests/test.sh"], config["verifier_timeout_s"], env)
+            reward, detail, named = read_reward(logs)
+            last = (test_output.strip().splitlines() or ["no output"])[-1][:200]
+            if test_exit is None:
+                reward, detail = None, f"tests/test.sh did not finish within {config['verifier_timeout_s']:g} s"
+            detail += f"; test.sh exited with {test_exit} (last output: {last})"
+            if timed_out:
+                detail = f"the oracle did not finish within {timeout:g} s; " + detail
+            elif oracle and oracle_exit != 0:
+                detail = f"the oracle exited with {oracle_exit} (last output: {output.strip()[-200:]}); " + detail
+        finally:
+            subprocess.run([_docker(), "rm", "-f", name], capture_output=True, timeout=CONTAINER_SECONDS)
+    return HarborRun(task_dir, image, oracle, reward, detail, named, oracle_exit, timed_out, test_exit,
+                     tuple(adaptations + script.adaptations), time.monotonic() - started)
+
+
+def _copy_in(container: str, source: Path, target: str) -> None:
+    """Upload a directory into the container, as Harbor does (`docker cp`)."""
+    done = subprocess.run([_docker(), "cp", f"{source}/.", f"{container}:{target}"], capture_output=True, text=True,
+                          timeout=CONTAINER_SECONDS)
+    if done.returncode != 0:
+        # docker cp needs the target's parent; make it and retry once.
+        subprocess.run([_docker(), "exec", "-u", "0", container, "mkdir", "-p", target], capture_output=True,
+                       timeout=CONTAINER_SECONDS)
+        done = subprocess.run([_docker(), "cp", f"{source}/.", f"{container}:{target}"], capture_output=True,
+                              text=True, timeout=CONTAINER_SECONDS)
+    if done.returncode != 0:
+        raise SandboxError(f"copying {source} into the container failed: {done.stderr.strip()[-300:]}")
+
+
+def validate_the_harbor_way(task_dir: Path, *, cpu_shares: int | None = None,
+                            oracle_timeout_s: float | None = None) -> tuple[str | None, HarborRun, HarborRun | None]:
+    """The oracle must score 1 and the untouched environment 0, each run the
+    Harbor way. (None, oracle run, untouched run) when they do, else (the
+    reason, ...)."""
+    solved = run_harbor_task(task_dir, cpu_shares=cpu_shares, oracle_timeout_s=oracle_timeout_s)
+    if solved.reward != 1.0:
+        return f"{task_dir / 'tests' / 'test.sh'}: the oracle's run does not pass: {solved.detail}", solved, None
+    untouched = run_harbor_task(task_dir, oracle=False, cpu_shares=cpu_shares)
+    # As the bundle wrapper scores it: no valid reward on the untouched
+    # environment is a failure of the tests, which is what they must do.
+    if untouched.reward == 1.0:
+        return f"{task_dir / 'tests' / 'test.sh'}: the untouched environment already passes", solved, untouched
+    return None, solved, untouched
+
+
+__all__ = ["HarborRun", "HarborRunError", "build_task_image", "map_base_image", "read_reward", "run_harbor_task",
+           "validate_the_harbor_way"]
