@@ -30,6 +30,7 @@ from pathlib import Path
 HOME = "CLAWLOOP_HOME"
 MODEL_CACHE = "CLAWLOOP_MODEL_CACHE"
 HARBOR_TOOLCHAIN = "CLAWLOOP_HARBOR_TOOLCHAIN"
+DOCKER_CPU_SHARES = "CLAWLOOP_DOCKER_CPU_SHARES"
 PROFILE = "CLAWLOOP_PROFILE"
 POLICY = "CLAWLOOP_POLICY"
 POLICY_URL = "CLAWLOOP_POLICY_URL"
@@ -105,6 +106,10 @@ class Environment:
         "Where `clawloop setup` builds the offline toolchain of Harbor tasks' verifiers (uv, uvx, a wheelhouse), "
         "shared by every home on the machine like the vLLM venv. An empty value counts as unset.",
         default="~/.clawloop/harbor-toolchain", valid="a directory path", docs="docs/harbor.md")
+    CLAWLOOP_DOCKER_CPU_SHARES: str | None = _variable(
+        "The CPU weight (docker --cpu-shares) of the image builds and containers of `clawloop harbor-run`, for a "
+        "machine shared with other work. An empty value counts as unset: Docker's default weight.",
+        default="unset", valid="an integer of at least 2", docs="docs/harbor.md")
 
     # --- which setup and which backends ---------------------------------------------------------------------
     CLAWLOOP_PROFILE: str | None = _variable(
@@ -183,6 +188,15 @@ class Environment:
         if self.CLAWLOOP_HARBOR_TOOLCHAIN:
             return Path(self.CLAWLOOP_HARBOR_TOOLCHAIN).expanduser().resolve()
         return DEFAULT_HOME / "harbor-toolchain"
+
+    @property
+    def docker_cpu_shares(self) -> int | None:
+        value = (self.CLAWLOOP_DOCKER_CPU_SHARES or "").strip()
+        if not value:
+            return None
+        if not value.isdigit() or int(value) < 2:
+            raise ValueError(f"{DOCKER_CPU_SHARES} must be an integer of at least 2, got {value!r}")
+        return int(value)
 
     @property
     def profile(self) -> str:

@@ -56,6 +56,7 @@ from clawloop_assets.harbor.task_format import (
     _task_id,
 )
 from clawloop_assets.harbor.toolchain import TOOLCHAIN_ENV, TOOLCHAIN_MOUNT, Toolchain, load_toolchain
+from resources.environment import read_environment
 from resources.sandbox import SandboxError, SandboxUnavailable, _docker_seccomp_file
 
 DEBIAN_BASE = "clawloop/debian-bookworm:base"
@@ -92,14 +93,9 @@ class HarborRun:
 
 
 def cpu_shares_setting() -> int | None:
-    """CLAWLOOP_DOCKER_CPU_SHARES: the CPU weight (docker --cpu-shares) of
-    the builds and containers, for a machine shared with other work."""
-    value = os.environ.get("CLAWLOOP_DOCKER_CPU_SHARES", "").strip()
-    if not value:
-        return None
-    if not value.isdigit() or int(value) < 2:
-        raise ValueError(f"CLAWLOOP_DOCKER_CPU_SHARES must be an integer of at least 2, got {value!r}")
-    return int(value)
+    """The CPU weight (docker --cpu-shares) of the builds and containers, for
+    a machine shared with other work (resources.environment: CLAWLOOP_DOCKER_CPU_SHARES)."""
+    return read_environment().docker_cpu_shares
 
 
 def _docker() -> str:
