@@ -14,6 +14,7 @@ answer/answer.json the answer key and the check specification; never visible to 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -261,3 +262,15 @@ def _json_object(path: Path) -> dict:
     if not isinstance(data, dict):
         raise TaskBundleError(f"{path}: must hold a JSON object")
     return data
+
+
+def bundle_digest(root: Path) -> str:
+    """sha256 over every path and file of a bundle (sorted), the manifest's content hash."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(root).rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        digest.update(rel.encode() + b"\0")
+        if path.is_file() and not path.is_symlink():
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+        digest.update(b"\n")
+    return digest.hexdigest()

@@ -34,7 +34,7 @@ from clawloop_assets.synthesis.candidates import (
 )
 from clawloop_assets.synthesis.executable_domains import load_domains
 from clawloop_assets.synthesis.plan import LEVELS
-from clawloop_assets.task_bundle import TaskBundle, TaskBundleError, load_task_bundle
+from clawloop_assets.task_bundle import TaskBundle, TaskBundleError, bundle_digest, load_task_bundle
 from resources import paths
 from resources.sandbox import Sandbox
 
@@ -148,18 +148,6 @@ def planned_tasks(spec: EvaluationSetSpec) -> list[tuple[GeneratorSpec, int]]:
                     generator = generator_spec(capability, domain, level)
                 planned.append((generator, evaluation_seed(level, index)))
     return planned
-
-
-def bundle_digest(root: Path) -> str:
-    """sha256 over every path and file of a bundle (sorted), the manifest's content hash."""
-    digest = hashlib.sha256()
-    for path in sorted(Path(root).rglob("*")):
-        rel = path.relative_to(root).as_posix()
-        digest.update(rel.encode() + b"\0")
-        if path.is_file() and not path.is_symlink():
-            digest.update(hashlib.sha256(path.read_bytes()).digest())
-        digest.update(b"\n")
-    return digest.hexdigest()
 
 
 def _spec_document(spec: EvaluationSetSpec) -> dict:

@@ -82,7 +82,7 @@ import polars as pl
 
 from clawloop_assets.harbor.toolchain import TOOLCHAIN_ENV, TOOLCHAIN_MOUNT, TOOLCHAIN_PATH, Toolchain, load_toolchain
 from clawloop_assets.round_state import require_rows
-from clawloop_assets.task_bundle import TaskBundle, TaskBundleError, load_task_bundle, write_task_toml
+from clawloop_assets.task_bundle import TaskBundle, TaskBundleError, bundle_digest, load_task_bundle, write_task_toml
 from resources.paths import staged_directory
 from resources.sandbox import (
     VERIFIER_UID,
@@ -327,7 +327,7 @@ def import_harbor_directory(src: Path, dest_root: Path, sandbox: Sandbox | None 
     kept = [row for row in earlier.get("runnable", []) if row["task_id"] not in ours and (dest_root / row["task_id"]).is_dir()]
     manifest = {
         "source": str(src), "imported_at": time.time(),
-        "runnable": kept + [dict(r.as_row(), sha256=_bundle_digest(r.bundle_dir)) for r in results if r.runnable],
+        "runnable": kept + [dict(r.as_row(), sha256=bundle_digest(r.bundle_dir)) for r in results if r.runnable],
         "not_runnable": [r.as_row() for r in results if not r.runnable],
     }
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
@@ -345,12 +345,6 @@ def read_import_manifest(dest_root: Path) -> dict:
         return json.loads(path.read_text(encoding="utf-8"))
     except ValueError as exc:
         raise HarborTaskError(f"{path}: not valid JSON ({exc})") from None
-
-
-def _bundle_digest(root: Path) -> str:
-    from clawloop_assets.evaluation.fixed_set import bundle_digest  # the evaluation set's own content hash
-
-    return bundle_digest(root)
 
 
 def render_import_table(results: list[ImportResult]) -> str:
