@@ -152,3 +152,15 @@ def test_task_memory_reaches_the_sandbox_and_a_missing_wheel_is_named(sandbox, t
     assert not result.runnable
     assert any("test.sh:7: uv requirement 'clawloop-absent==1.0' is not in the offline wheelhouse" in r
                for r in result.reasons), result.reasons
+
+
+def test_an_import_is_evaluated_only_on_the_backend_it_was_validated_on(sandbox, tmp_path):
+    from clawloop_assets.evaluation.fixed_set import EvaluationSetError, imported_tasks
+    from clawloop_assets.harbor.task_format import import_harbor_directory
+    from resources.sandbox import DockerSandbox
+
+    (result,), manifest = import_harbor_directory(task_copy(tmp_path, {}), tmp_path / "out", sandbox)
+    assert result.runnable and json.loads(manifest.read_text())["runnable"][0]["sandbox"] == "bubblewrap"
+    assert [t.task_id for t in imported_tasks(tmp_path / "out", sandbox)] == ["count-error-lines"]
+    with pytest.raises(EvaluationSetError, match="validated on the bubblewrap backend and this evaluation runs on docker"):
+        imported_tasks(tmp_path / "out", DockerSandbox())

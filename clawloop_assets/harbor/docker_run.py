@@ -41,12 +41,14 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from clawloop_assets.harbor.task_format import (
+    _NETWORK_USE,
     HARBOR_MAX_PROCESSES,
     REWARD_DIR,
     HarborTaskError,
@@ -59,8 +61,15 @@ from clawloop_assets.harbor.toolchain import TOOLCHAIN_ENV, TOOLCHAIN_MOUNT, Too
 from resources.environment import read_environment
 from resources.sandbox import SandboxError, SandboxUnavailable, _docker_seccomp_file
 
-DEBIAN_BASE = "clawloop/debian-bookworm:base"
+# The Debian bookworm image sandbox_images/harness/build.sh imports, and the
+# two built from it that stand in for Harbor's bases: Debian with the host's
+# added CA certificates (and the variables that make pip, requests and curl
+# use the system's CA bundle), and that plus Python's tools.
+DEBIAN_IMPORTED = "clawloop/debian-bookworm:base"
+DEBIAN_BASE = "clawloop/harbor-debian:bookworm"
 PYTHON_BASE = "clawloop/harbor-python:bookworm"
+BASE_LABEL = "clawloop.harbor.base"  # a digest of what an image was built from: rebuilt when it changes
+CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 IMAGE_REPOSITORY = "clawloop-harbor"
 PYTHON_BASE_CONTEXT = Path(__file__).resolve().parents[2] / "sandbox_images" / "harbor-python"
 HOST_EXTRA_CAS = Path("/usr/local/share/ca-certificates")
@@ -92,6 +101,28 @@ class HarborRun:
     seconds: float = 0.0
 
 
+class TaskBudget:
+    """A time cap on one task's whole Harbor-way validation (build, oracle,
+    tests, both runs): each step's timeout is its own or what is left of
+    the budget, whichever is less, and says which (`None`: no cap)."""
+
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self.end = None if seconds is None else time.monotonic() + seconds
+
+    def cap(self, own: float, what: str) -> tuple[float, str]:
+        """(the timeout of `what`, how to name it in a reason). Raises
+        HarborRunError when the budget is spent before `what` starts."""
+        if self.end is None:
+            return own, f"{own:g} s"
+        left = self.end - time.monotonic()
+        if left < 1.0:
+            raise HarborRunError(f"not judged: the per-task time budget of {self.seconds:g} s ran out before {what}")
+        if left < own:
+            return left, f"{left:.0f} s (what was left of the per-task budget of {self.seconds:g} s)"
+        return own, f"{own:g} s"
+
+
 def cpu_shares_setting() -> int | None:
     """The CPU weight (docker --cpu-shares) of the builds and containers, for
     a machine shared with other work (resources.environment: CLAWLOOP_DOCKER_CPU_SHARES)."""
@@ -111,39 +142,128 @@ def _image_id(image: str) -> str | None:
     return probe.stdout.strip() if probe.returncode == 0 else None
 
 
-def _build(context: Path, tag: str, timeout_s: float, cpu_shares: int | None, what: str) -> None:
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# A build log's line saying a fetch found no route to its host.
+_UNREACHABLE = re.compile(r"Could not resolve host|Name or service not known|Temporary failure in name resolution|"
+                          r"Could not resolve '|Failed to establish a new connection|Network is unreachable|"
+                          r"unable to resolve host address|Could not connect to|No address associated with hostname")
+
+
+def _build(context: Path, tag: str, timeout_s: float, cpu_shares: int | None, what: str,
+           timeout_text: str | None = None, build_args: dict[str, str] | None = None) -> None:
     """`docker build` of `context` with the host's network (the classic
     builder: no BuildKit daemon is set up here). A build that fails or runs
-    past `timeout_s` raises HarborRunError with the log's last lines."""
-    args = [_docker(), "build", "--network", "host", "--force-rm", "--quiet", "-t", tag,
-            *(["--cpu-shares", str(cpu_shares)] if cpu_shares else []), str(context)]
+    past `timeout_s` raises HarborRunError with the log's last lines, and
+    the layers it made are removed (a successful build's stay as the
+    image's parents, removed with it)."""
+    args = [_docker(), "build", "--network", "host", "--force-rm", "-t", tag,
+            *(["--cpu-shares", str(cpu_shares)] if cpu_shares else []),
+            *[f"--build-arg={name}={value}" for name, value in (build_args or {}).items()], str(context)]
     try:
         done = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s,
                               env={**os.environ, "DOCKER_BUILDKIT": "0"})
-    except subprocess.TimeoutExpired:
-        raise HarborRunError(f"{what}: the image build did not finish within {timeout_s:g} s") from None
+    except subprocess.TimeoutExpired as exc:
+        _remove_layers(_ANSI.sub("", _text(exc.stdout)))
+        raise HarborRunError(f"{what}: the image build did not finish within {timeout_text or f'{timeout_s:g} s'}") from None
     if done.returncode != 0:
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-6:])
-        raise HarborRunError(f"{what}: the image build failed: {tail[-1500:]}")
+        log = _ANSI.sub("", done.stdout + done.stderr)
+        _remove_layers(log)
+        unreachable = next((line.strip() for line in log.splitlines() if _UNREACHABLE.search(line)), None)
+        if unreachable:
+            # Whatever failed last, a fetch that could not reach its host came first.
+            raise HarborRunError(f"{what}: the image build failed: it fetches from a host this machine cannot reach "
+                                 f"(builds here reach Debian's mirror and PyPI): {unreachable[:300]}")
+        raise HarborRunError(f"{what}: the image build failed: {_failed_step(log)}")
+
+
+# The classic builder's own lines, not a step's output.
+_BUILDER_CHATTER = re.compile(r"^( ---> |Removing intermediate container |Sending build context|DEPRECATED: The legacy "
+                              r"builder|\s+BuildKit is currently disabled|\s+environment-variable\.|\s*$)")
+
+
+def _failed_step(log: str) -> str:
+    """The failed step of a build log, its last output lines and the
+    builder's verdict (`The command ... returned a non-zero code: N`)."""
+    lines = log.splitlines()
+    start = max((i for i, line in enumerate(lines) if line.startswith("Step ")), default=0)
+    step = lines[start].strip() if lines and lines[start].startswith("Step ") else ""
+    verdict = [line.strip() for line in lines[start:] if line.startswith(("The command ", "COPY failed", "ADD failed",
+                                                                          "failed to ", "error ", "Error "))]
+    output = [line.strip() for line in lines[start + 1:] if not _BUILDER_CHATTER.match(line) and
+              line.strip() not in verdict]
+    text = "; ".join(part for part in [step[:200], " | ".join(output[-4:])[-700:], " ".join(verdict)[-300:]] if part)
+    return text or "no build output"
+
+
+def _text(output) -> str:
+    return output.decode("utf-8", "replace") if isinstance(output, bytes) else output or ""
+
+
+def _remove_layers(log: str) -> None:
+    """Remove the intermediate images a failed build made, newest first: the
+    classic builder's log names each (` ---> <id>`) after a step; a FROM's
+    image and one taken from the cache (` ---> Using cache`) were there
+    before and stay. One that is still in use (another build took it from
+    the cache since) is left: `docker image rm` refuses it."""
+    made, step, previous = [], "", ""
+    for line in log.splitlines():
+        if line.startswith("Step "):
+            step = line
+        match = re.fullmatch(r" ---> ([0-9a-f]{12,64})", line.rstrip())
+        if match and previous.strip() != "---> Using cache" and not re.match(r"Step \S+ : FROM ", step, re.I):
+            made.append(match.group(1))
+        previous = line
+    for image in reversed(made):
+        subprocess.run([_docker(), "image", "rm", image], capture_output=True, timeout=CONTAINER_SECONDS)
+
+
+def _label(image: str) -> str | None:
+    probe = subprocess.run([_docker(), "image", "inspect", "--format", f'{{{{index .Config.Labels "{BASE_LABEL}"}}}}',
+                            image], capture_output=True, text=True, timeout=CONTAINER_SECONDS)
+    return probe.stdout.strip() if probe.returncode == 0 else None
+
+
+_BASE_LOCK = threading.Lock()  # tasks imported at once build the bases once
 
 
 def ensure_base_images(cpu_shares: int | None = None) -> None:
-    """The local stand-ins for Harbor's base images, built once."""
-    if _image_id(DEBIAN_BASE) is None:
-        raise SandboxUnavailable(f"the Debian base image {DEBIAN_BASE} is missing: run `make docker-backend`")
-    if _image_id(PYTHON_BASE) is not None:
-        return
-    with tempfile.TemporaryDirectory(prefix="clawloop-harbor-base-") as tmp:
-        context = Path(tmp)
-        shutil.copyfile(PYTHON_BASE_CONTEXT / "Dockerfile", context / "Dockerfile")
-        cas = sorted(HOST_EXTRA_CAS.glob("*.crt")) if HOST_EXTRA_CAS.is_dir() else []
-        if cas:
-            (context / "ca").mkdir()
-            for ca in cas:
-                shutil.copyfile(ca, context / "ca" / ca.name)
-            with open(context / "Dockerfile", "a", encoding="utf-8") as f:
-                f.write("COPY ca/ /usr/local/share/ca-certificates/\nRUN update-ca-certificates >/dev/null\n")
-        _build(context, PYTHON_BASE, DEFAULT_BUILD_TIMEOUT_S, cpu_shares, str(PYTHON_BASE_CONTEXT / "Dockerfile"))
+    """The local stand-ins for Harbor's base images, built when missing or
+    when what they are built from (the imported Debian image, the host's
+    added CA certificates, sandbox_images/harbor-python) changed."""
+    with _BASE_LOCK:
+        _ensure_base_images(cpu_shares)
+
+
+def _ensure_base_images(cpu_shares: int | None) -> None:
+    imported = _image_id(DEBIAN_IMPORTED)
+    if imported is None:
+        raise SandboxUnavailable(f"the Debian base image {DEBIAN_IMPORTED} is missing: run `make docker-backend`")
+    cas = sorted(HOST_EXTRA_CAS.glob("*.crt")) if HOST_EXTRA_CAS.is_dir() else []
+    # Builds reach PyPI and the mirror through whatever the host trusts;
+    # pip and requests read their own CA bundles unless told the system's.
+    debian = "\n".join([
+        f"FROM {DEBIAN_IMPORTED}",
+        *(["COPY ca/ /usr/local/share/ca-certificates/", "RUN update-ca-certificates >/dev/null"] if cas else []),
+        f"ENV PIP_CERT={CA_BUNDLE} REQUESTS_CA_BUNDLE={CA_BUNDLE} SSL_CERT_FILE={CA_BUNDLE} CURL_CA_BUNDLE={CA_BUNDLE}",
+    ]) + "\n"
+    digest = hashlib.sha256(imported.encode() + debian.encode() + b"".join(ca.read_bytes() for ca in cas)).hexdigest()[:16]
+    if _label(DEBIAN_BASE) != digest:
+        with tempfile.TemporaryDirectory(prefix="clawloop-harbor-base-") as tmp:
+            context = Path(tmp)
+            if cas:
+                (context / "ca").mkdir()
+                for ca in cas:
+                    shutil.copyfile(ca, context / "ca" / ca.name)
+            (context / "Dockerfile").write_text(debian + f'LABEL {BASE_LABEL}="{digest}"\n', encoding="utf-8")
+            _build(context, DEBIAN_BASE, DEFAULT_BUILD_TIMEOUT_S, cpu_shares, f"the base image {DEBIAN_BASE}")
+    python = (PYTHON_BASE_CONTEXT / "Dockerfile").read_text(encoding="utf-8")
+    digest = hashlib.sha256((_image_id(DEBIAN_BASE) or "").encode() + python.encode()).hexdigest()[:16]
+    if _label(PYTHON_BASE) != digest:
+        with tempfile.TemporaryDirectory(prefix="clawloop-harbor-base-") as tmp:
+            context = Path(tmp)
+            (context / "Dockerfile").write_text(python + f'LABEL {BASE_LABEL}="{digest}"\n', encoding="utf-8")
+            _build(context, PYTHON_BASE, DEFAULT_BUILD_TIMEOUT_S, cpu_shares, str(PYTHON_BASE_CONTEXT / "Dockerfile"),
+                   build_args={"BASE": DEBIAN_BASE})
 
 
 _PYTHON_IMAGE = re.compile(r"(^|/)python:(\d+\.\d+)?")
@@ -200,10 +320,12 @@ def task_dockerfile(dockerfile: Path, apt_packages: list[str]) -> tuple[str, lis
     return "\n".join(lines) + "\n", adaptations
 
 
-def build_task_image(task_dir: Path, apt_packages: list[str] = (), cpu_shares: int | None = None) -> tuple[str, list[str]]:
+def build_task_image(task_dir: Path, apt_packages: list[str] = (), cpu_shares: int | None = None,
+                     budget: TaskBudget | None = None) -> tuple[str, list[str]]:
     """Build `task_dir`'s environment/ into an image (reused when its
     context, its mapped Dockerfile and the base images are unchanged).
-    Returns the tag and the adaptations."""
+    Returns the tag and the adaptations. A task keeps one image: once a
+    build succeeds, the task's images under other tags are removed."""
     task_dir = Path(task_dir)
     context, dockerfile = task_dir / "environment", task_dir / "environment" / "Dockerfile"
     if not dockerfile.is_file():
@@ -218,12 +340,39 @@ def build_task_image(task_dir: Path, apt_packages: list[str] = (), cpu_shares: i
     tag = f"{IMAGE_REPOSITORY}/{_task_id(task_dir.name).lower()}:{digest.hexdigest()[:16]}"
     if _image_id(tag) is None:
         timeout = float(tomllib_get(task_dir / "task.toml", "environment", "build_timeout_sec", DEFAULT_BUILD_TIMEOUT_S))
+        timeout, timeout_text = (budget or TaskBudget(None)).cap(timeout, "the image build")
         with tempfile.TemporaryDirectory(prefix="clawloop-harbor-build-") as tmp:
             build = Path(tmp) / "context"
             shutil.copytree(context, build, symlinks=True)
             (build / "Dockerfile").write_text(text, encoding="utf-8")
-            _build(build, tag, timeout, cpu_shares, str(dockerfile))
+            try:
+                _build(build, tag, timeout, cpu_shares, str(dockerfile), timeout_text)
+            except HarborRunError as exc:
+                # Built on our stand-ins, not the task's own bases: the reason says so.
+                bases = "; ".join(note.split(": ", 1)[1] for note in adaptations if ": FROM " in note)
+                raise HarborRunError(f"{exc} [{bases}]" if bases else str(exc)) from None
+        for older in task_images(tag.split(":")[0]):
+            if older != tag:
+                remove_task_image(older)
     return tag, adaptations
+
+
+def task_images(repository: str = IMAGE_REPOSITORY) -> list[str]:
+    """The tags of the built task images: all of them (`clawloop-harbor/*`)
+    or one task's (`clawloop-harbor/<task>`)."""
+    pattern = f"{repository}/*" if repository == IMAGE_REPOSITORY else repository
+    done = subprocess.run([_docker(), "image", "ls", "--filter", f"reference={pattern}", "--format",
+                           "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True, timeout=CONTAINER_SECONDS)
+    if done.returncode != 0:
+        raise SandboxError(f"listing the images {pattern} failed: {done.stderr.strip()[-300:]}")
+    return sorted(line for line in done.stdout.split() if line.startswith(IMAGE_REPOSITORY + "/"))
+
+
+def remove_task_image(tag: str) -> None:
+    """Remove a built task image (never another repository's)."""
+    if not tag.startswith(IMAGE_REPOSITORY + "/"):
+        raise ValueError(f"{tag!r} is not a task image ({IMAGE_REPOSITORY}/...)")
+    subprocess.run([_docker(), "image", "rm", "--force", tag], capture_output=True, timeout=CONTAINER_SECONDS)
 
 
 def tomllib_get(path: Path, table: str, key: str, default):
@@ -320,11 +469,13 @@ def _image_path(image: str) -> str:
 
 
 def run_harbor_task(task_dir: Path, *, oracle: bool = True, cpu_shares: int | None = None,
-                    toolchain: Toolchain | None = None, oracle_timeout_s: float | None = None) -> HarborRun:
+                    toolchain: Toolchain | None = None, oracle_timeout_s: float | None = None,
+                    budget: TaskBudget | None = None) -> HarborRun:
     """Build the task's image, start a container of it, run the oracle
     (unless `oracle` is False: the untouched environment), then tests/test.sh,
     and read the reward. A task that cannot be built or run here raises
-    HarborRunError; an engine that fails raises SandboxError."""
+    HarborRunError; an engine that fails raises SandboxError. `budget` caps
+    the build, the oracle and the tests together."""
     started = time.monotonic()
     task_dir = Path(task_dir)
     cpu_shares = cpu_shares if cpu_shares is not None else cpu_shares_setting()
@@ -340,7 +491,8 @@ def run_harbor_task(task_dir: Path, *, oracle: bool = True, cpu_shares: int | No
     toolchain = toolchain or load_toolchain()
     test_sh = test_path.read_text(encoding="utf-8")
     first = _adapt_test_sh(test_sh, test_path, toolchain, None)
-    image, adaptations = build_task_image(task_dir, sorted(first.apt), cpu_shares)
+    budget = budget or TaskBudget(None)
+    image, adaptations = build_task_image(task_dir, sorted(first.apt), cpu_shares, budget)
     name = f"clawloop-harbor-{uuid.uuid4().hex[:12]}"
     memory = int(config["memory_bytes"])
     with tempfile.TemporaryDirectory(prefix="clawloop-harbor-run-") as tmp:
@@ -367,7 +519,7 @@ def run_harbor_task(task_dir: Path, *, oracle: bool = True, cpu_shares: int | No
             oracle_exit, timed_out = None, False
             if oracle:
                 _copy_in(name, task_dir / "solution", "/solution")
-                timeout = oracle_timeout_s or config["agent_timeout_s"]
+                timeout, timeout_text = budget.cap(oracle_timeout_s or config["agent_timeout_s"], "the oracle")
                 oracle_exit, output = _exec(name, ["bash", "/solution/solve.sh"], timeout)
                 timed_out = oracle_exit is None
             probe, version = _exec(name, ["python3", "-c", "import platform; print(platform.python_version())"], 30.0)
@@ -383,20 +535,53 @@ def run_harbor_task(task_dir: Path, *, oracle: bool = True, cpu_shares: int | No
             env = dict(config["verifier_env"])
             if script.uses_toolchain:
                 env.update(TOOLCHAIN_ENV, PATH=f"{TOOLCHAIN_MOUNT}/bin:{_image_path(image)}")
-            test_exit, test_output = _exec(name, ["bash", "/tests/test.sh"], config["verifier_timeout_s"], env)
+            test_timeout, test_timeout_text = budget.cap(config["verifier_timeout_s"], "tests/test.sh")
+            test_exit, test_output = _exec(name, ["bash", "/tests/test.sh"], test_timeout, env)
             reward, detail, named = read_reward(logs)
             last = (test_output.strip().splitlines() or ["no output"])[-1][:200]
             if test_exit is None:
-                reward, detail = None, f"tests/test.sh did not finish within {config['verifier_timeout_s']:g} s"
+                reward, detail = None, f"tests/test.sh did not finish within {test_timeout_text}"
             detail += f"; test.sh exited with {test_exit} (last output: {last})"
             if timed_out:
-                detail = f"the oracle did not finish within {timeout:g} s; " + detail
+                detail = f"the oracle did not finish within {timeout_text}; " + detail
             elif oracle and oracle_exit != 0:
                 detail = f"the oracle exited with {oracle_exit} (last output: {output.strip()[-200:]}); " + detail
         finally:
             subprocess.run([_docker(), "rm", "-f", name], capture_output=True, timeout=CONTAINER_SECONDS)
     return HarborRun(task_dir, image, oracle, reward, detail, named, oracle_exit, timed_out, test_exit,
                      tuple(adaptations + script.adaptations), time.monotonic() - started)
+
+
+def network_line(script: Path) -> str | None:
+    """'<script>:<line>: `<the line>` needs the network' for the first line
+    of `script` that fetches (task_format's rule), else None."""
+    if not script.is_file():
+        return None
+    for number, line in enumerate(script.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if not line.lstrip().startswith("#") and _NETWORK_USE.search(line):
+            return f"{script}:{number}: `{line.strip()[:120]}` needs the network"
+    return None
+
+
+def prune_task_images(keep: list[Path], repository: str = IMAGE_REPOSITORY) -> tuple[list[str], list[str]]:
+    """The prune policy of built task images: an image is kept while an
+    import destination in `keep` lists its task as validated in it (the
+    manifest's image_only rows); every other `clawloop-harbor/*` image is
+    removed (a task that did not validate has none already; this clears
+    those of throwaway imports, old runs and `clawloop harbor-run`).
+    Returns (removed, kept) tags. `repository` narrows it to one task's
+    images (`clawloop-harbor/<task>`)."""
+    from clawloop_assets.harbor.task_format import read_import_manifest
+
+    wanted = {row.get("image") for directory in keep for row in read_import_manifest(Path(directory)).get("image_only", [])}
+    removed, kept = [], []
+    for tag in task_images(repository):
+        if tag in wanted:
+            kept.append(tag)
+        else:
+            remove_task_image(tag)
+            removed.append(tag)
+    return removed, kept
 
 
 def _copy_in(container: str, source: Path, target: str) -> None:
@@ -413,15 +598,23 @@ def _copy_in(container: str, source: Path, target: str) -> None:
         raise SandboxError(f"copying {source} into the container failed: {done.stderr.strip()[-300:]}")
 
 
-def validate_the_harbor_way(task_dir: Path, *, cpu_shares: int | None = None,
-                            oracle_timeout_s: float | None = None) -> tuple[str | None, HarborRun, HarborRun | None]:
+def validate_the_harbor_way(task_dir: Path, *, cpu_shares: int | None = None, oracle_timeout_s: float | None = None,
+                            budget_s: float | None = None) -> tuple[str | None, HarborRun, HarborRun | None]:
     """The oracle must score 1 and the untouched environment 0, each run the
     Harbor way. (None, oracle run, untouched run) when they do, else (the
-    reason, ...)."""
-    solved = run_harbor_task(task_dir, cpu_shares=cpu_shares, oracle_timeout_s=oracle_timeout_s)
+    reason, ...). `budget_s` caps both runs together (TaskBudget)."""
+    budget = TaskBudget(budget_s)
+    solved = run_harbor_task(task_dir, cpu_shares=cpu_shares, oracle_timeout_s=oracle_timeout_s, budget=budget)
     if solved.reward != 1.0:
-        return f"{task_dir / 'tests' / 'test.sh'}: the oracle's run does not pass: {solved.detail}", solved, None
-    untouched = run_harbor_task(task_dir, oracle=False, cpu_shares=cpu_shares)
+        reason = f"{task_dir / 'tests' / 'test.sh'}: the oracle's run does not pass: {solved.detail}"
+        if solved.oracle_exit not in (0, None):
+            offline = network_line(task_dir / "solution" / "solve.sh")
+            if offline:
+                # The containers have no network: that line is the likely cause.
+                reason = f"{offline}, which the task's container does not have (the oracle exited with " \
+                         f"{solved.oracle_exit}); " + reason
+        return reason, solved, None
+    untouched = run_harbor_task(task_dir, oracle=False, cpu_shares=cpu_shares, budget=budget)
     # As the bundle wrapper scores it: no valid reward on the untouched
     # environment is a failure of the tests, which is what they must do.
     if untouched.reward == 1.0:
@@ -429,5 +622,5 @@ def validate_the_harbor_way(task_dir: Path, *, cpu_shares: int | None = None,
     return None, solved, untouched
 
 
-__all__ = ["HarborRun", "HarborRunError", "build_task_image", "map_base_image", "read_reward", "run_harbor_task",
-           "validate_the_harbor_way"]
+__all__ = ["HarborRun", "HarborRunError", "TaskBudget", "build_task_image", "map_base_image", "network_line",
+           "prune_task_images", "read_reward", "remove_task_image", "run_harbor_task", "task_images", "validate_the_harbor_way"]
