@@ -156,7 +156,8 @@ COPY README.txt .
 RUN python3 -c "open('/app/expected.txt', 'w').write('3')"
 """
 IMAGE_ONLY_TEST_SH = """#!/bin/bash
-if [ "$(cat /app/error_count.txt 2>/dev/null)" = "$(cat /app/expected.txt)" ]; then
+pip install pytest==8.4.1 pytest-json-ctrf==0.3.5
+if python3 -c 'import pytest' && [ "$(cat /app/error_count.txt 2>/dev/null)" = "$(cat /app/expected.txt)" ]; then
   echo 1 > /logs/verifier/reward.txt
 else
   echo 0 > /logs/verifier/reward.txt
@@ -193,6 +194,8 @@ def test_a_task_that_builds_only_as_an_image_validates_there_and_is_not_loaded_f
     assert result.validated and not result.runnable and result.bundle_dir is None, result.reasons
     assert result.image.startswith("clawloop-harbor/build-step-task:") and result.image in task_images()
     assert "validates only in its own image" in result.reasons[0]
+    assert any("tests/test.sh:2: `pip install pytest==8.4.1" in note and "offline wheelhouse" in note
+               for note in result.adaptations), result.adaptations
     assert any("build step our sandbox cannot replay" in r for r in result.reasons[1:])  # why our agent cannot run it
     assert not (dest / "build-step-task").exists()
     rows = json.loads(manifest.read_text())

@@ -164,3 +164,19 @@ def test_an_import_is_evaluated_only_on_the_backend_it_was_validated_on(sandbox,
     assert [t.task_id for t in imported_tasks(tmp_path / "out", sandbox)] == ["count-error-lines"]
     with pytest.raises(EvaluationSetError, match="validated on the bubblewrap backend and this evaluation runs on docker"):
         imported_tasks(tmp_path / "out", DockerSandbox())
+
+
+def test_a_pip_install_in_test_sh_installs_from_the_wheelhouse_only_where_pip_can_write(tmp_path):
+    from clawloop_assets.harbor.task_format import _adapt_test_sh
+
+    toolchain = ensure_toolchain()
+    text = ("#!/bin/bash\npip install pytest==8.4.1 pytest-json-ctrf==0.3.5 --break-system-packages\n"
+            "pip3 install requests==2.32.5\npytest /tests/test_outputs.py\n")
+    in_image = _adapt_test_sh(text, Path("tests/test.sh"), toolchain, "3.11.2", pip_offline=True)
+    assert in_image.text.splitlines()[1] == ("pip install --no-index --find-links /harbor-toolchain/wheels "
+                                             "pytest==8.4.1 pytest-json-ctrf==0.3.5 --break-system-packages")
+    assert in_image.uses_toolchain and "tests/test.sh:2" in in_image.adaptations[0]
+    assert in_image.reasons == ["tests/test.sh:3: pip requirement 'requests==2.32.5' is not in the offline wheelhouse"]
+    in_sandbox = _adapt_test_sh(text, Path("tests/test.sh"), toolchain, "3.11.2")
+    assert [r.split(":")[1] for r in in_sandbox.reasons] == ["2", "3"]
+    assert all("needs the network" in r for r in in_sandbox.reasons)

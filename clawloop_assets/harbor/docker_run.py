@@ -490,7 +490,7 @@ def run_harbor_task(task_dir: Path, *, oracle: bool = True, cpu_shares: int | No
         raise HarborRunError(f"{solve}: missing; there is no oracle to run")
     toolchain = toolchain or load_toolchain()
     test_sh = test_path.read_text(encoding="utf-8")
-    first = _adapt_test_sh(test_sh, test_path, toolchain, None)
+    first = _adapt_test_sh(test_sh, test_path, toolchain, None, pip_offline=True)
     budget = budget or TaskBudget(None)
     image, adaptations = build_task_image(task_dir, sorted(first.apt), cpu_shares, budget)
     name = f"clawloop-harbor-{uuid.uuid4().hex[:12]}"
@@ -524,7 +524,7 @@ def run_harbor_task(task_dir: Path, *, oracle: bool = True, cpu_shares: int | No
                 timed_out = oracle_exit is None
             probe, version = _exec(name, ["python3", "-c", "import platform; print(platform.python_version())"], 30.0)
             python = version.strip().splitlines()[-1] if probe == 0 and version.strip() else None
-            script = _adapt_test_sh(test_sh, test_path, toolchain, python)
+            script = _adapt_test_sh(test_sh, test_path, toolchain, python, pip_offline=True)
             if script.reasons:
                 raise HarborRunError("; ".join(script.reasons))
             with tempfile.TemporaryDirectory(prefix="clawloop-harbor-tests-") as tests_tmp:

@@ -975,7 +975,16 @@ _UV_ENV_FILE = re.compile(r"^(source|\.)\s+(\"?\$(HOME|\{HOME\})\"?|~)/\.(local/
 _UV_PYTHON = re.compile(r"(?<![\w-])(-p|--python)(\s+|=)(\d+\.\d+)(?![\w.])")
 
 
-def _adapt_test_sh(text: str, path: Path, toolchain: Toolchain | None, python: str | None) -> _Script:
+_PIP_INSTALL = re.compile(r"(?<![\w-])(pip3?|python3?\s+-m\s+pip)\s+install(?![\w-])")
+
+
+def _adapt_test_sh(text: str, path: Path, toolchain: Toolchain | None, python: str | None,
+                   pip_offline: bool = False) -> _Script:
+    """`pip_offline`: the tests run where pip can install (a task's own
+    image, whose root filesystem is writable): a `pip install` line whose
+    every requirement is in the offline wheelhouse installs from it,
+    `--no-index`. Our sandbox's system Python is read-only: there, as any
+    other fetch, such a line needs the network."""
     script = _Script(text)
     out, lines, index = [], text.splitlines(), 0
     have = ".".join(python.split(".")[:2]) if python else None
@@ -1018,6 +1027,9 @@ def _adapt_test_sh(text: str, path: Path, toolchain: Toolchain | None, python: s
             elif words[0] in ("uv", "uvx"):
                 kinds.append("uv")
                 _uv_needs(script, words, where, toolchain)
+            elif pip_offline and _pip_install_words(words) is not None:
+                kinds.append("pip")
+                _pip_needs(script, _pip_install_words(words), where, toolchain)
             else:
                 kinds.append("other")
         if segments is not None and kinds and all(k == "noop" for k in kinds):
@@ -1030,6 +1042,13 @@ def _adapt_test_sh(text: str, path: Path, toolchain: Toolchain | None, python: s
             else:
                 script.adaptations.append(f"{where}: `{logical[:100]}` not run: offline, and what it installs is in our sandbox")
             out.append(f"true  # clawloop offline: {logical}")
+            out += [""] * (len(physical) - 1)  # line numbers kept
+            continue
+        if "pip" in kinds and set(kinds) <= {"pip", "noop"} and not installer:
+            rewritten = _PIP_INSTALL.sub(lambda m: f"{m.group(0)} --no-index --find-links {TOOLCHAIN_MOUNT}/wheels",
+                                         logical)
+            script.adaptations.append(f"{where}: `{logical[:100]}` installs from the offline wheelhouse")
+            out.append(rewritten)
             out += [""] * (len(physical) - 1)  # line numbers kept
             continue
         if "noop" in kinds or installer:
@@ -1048,6 +1067,44 @@ def _adapt_test_sh(text: str, path: Path, toolchain: Toolchain | None, python: s
         out += physical
     script.text = "\n".join(out) + ("\n" if text.endswith("\n") else "")
     return script
+
+
+def _pip_install_words(words: list[str]) -> list[str] | None:
+    """The arguments after `install` of a pip install command (pip, pip3,
+    python -m pip), else None."""
+    if words[:1] in (["pip"], ["pip3"]) and words[1:2] == ["install"]:
+        return words[2:]
+    if words[:1] in (["python"], ["python3"]) and words[1:4] == ["-m", "pip", "install"]:
+        return words[4:]
+    return None
+
+
+# pip options that take no value and change nothing about what is installed offline.
+_PIP_PLAIN_FLAGS = {"--break-system-packages", "-q", "--quiet", "-U", "--upgrade", "--no-cache-dir",
+                    "--disable-pip-version-check", "--root-user-action=ignore", "--no-warn-script-location"}
+
+
+def _pip_needs(script: _Script, arguments: list[str], where: str, toolchain: Toolchain | None) -> None:
+    """What a pip install needs from the wheelhouse: each requirement there."""
+    script.uses_toolchain = True
+    if toolchain is None:
+        script.reasons.append(f"{where}: `pip install {shlex.join(arguments)[:100]}` needs the offline wheelhouse, "
+                              "which is not built here: run `make setup`")
+        return
+    for word in arguments:
+        if word.startswith("-"):
+            if word not in _PIP_PLAIN_FLAGS:
+                script.reasons.append(f"{where}: pip install option {word!r} is not one we can run offline; "
+                                      "the line needs the network")
+            continue
+        name = _distribution_name(word)
+        pinned = re.search(r"==\s*([A-Za-z0-9.+!-]+)$", word)
+        if name is None:
+            script.reasons.append(f"{where}: pip requirement {word!r} is not a package name; it needs the network")
+        elif not toolchain.has(name, pinned.group(1) if pinned else None):
+            have = toolchain.wheels.get(name)
+            script.reasons.append(f"{where}: pip requirement {word!r} is not in the offline wheelhouse"
+                                  + (f" (it holds {name} {', '.join(have)})" if have else ""))
 
 
 def _uv_needs(script: _Script, words: list[str], where: str, toolchain: Toolchain | None) -> None:
