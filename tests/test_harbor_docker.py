@@ -25,7 +25,10 @@ from clawloop_assets.harbor.docker_run import (
     ("python:3.11-slim", PYTHON_BASE, None),
     ("python:3.13-slim-bookworm", PYTHON_BASE, "Python 3.13 asked for, Debian bookworm's 3.11 used"),
     ("ghcr.io/laude-institute/t-bench/python-3-13:20250620", None, "no local stand-in"),
-    ("ubuntu:24.04", DEBIAN_BASE, "Debian bookworm"),
+    ("ubuntu:24.04", "clawloop/harbor-ubuntu:noble", "ubuntu noble, bootstrapped here"),
+    ("debian:13.0-slim", "clawloop/harbor-debian:trixie", "debian trixie, bootstrapped here"),
+    ("debian:bookworm-slim", DEBIAN_BASE, "Debian bookworm"),
+    ("ubuntu:16.04", DEBIAN_BASE, "Debian bookworm"),
     ("nvidia/cuda:12.4.0-runtime-ubuntu22.04", None, "no local stand-in"),
 ])
 def test_base_images_map_to_our_debian_images_or_are_refused(image, local, note):
@@ -36,6 +39,15 @@ def test_base_images_map_to_our_debian_images_or_are_refused(image, local, note)
     mapped, adaptation = map_base_image(image, "Dockerfile:1")
     assert mapped == local and adaptation.startswith(f"Dockerfile:1: FROM {image} built from {local}")
     assert note is None or note in adaptation
+
+
+def test_tests_that_run_uv_get_an_interpreter_at_build_time(tmp_path):
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text("FROM ubuntu:24.04\nWORKDIR /app\n")
+    text, adaptations = task_dockerfile(dockerfile, [], interpreter=True)
+    assert text.splitlines()[-1].endswith("--no-install-recommends python3 && rm -rf /var/lib/apt/lists/*")
+    assert "python3 installed at build time for tests/test.sh's uv" in adaptations[-1]
+    assert "python3" not in task_dockerfile(dockerfile, [])[0]
 
 
 def test_the_dockerfile_is_rewritten_stage_by_stage_and_gets_the_tests_apt_packages(tmp_path):
@@ -233,3 +245,18 @@ def test_a_build_that_fetches_from_an_unreachable_host_says_so(image_only_task):
                           "urllib.request.urlopen('http://clawloop-test.invalid/x')\"\nRUN false\n")
     with pytest.raises(HarborRunError, match="fetches from a host this machine cannot reach"):
         build_task_image(image_only_task)
+
+
+@pytest.mark.slow
+def test_an_ubuntu_task_builds_on_ubuntu_bootstrapped_from_its_archive(tmp_path):
+    from clawloop_assets.harbor.docker_run import build_task_image, remove_task_image
+
+    task = tmp_path / "ubuntu-task"
+    (task / "environment").mkdir(parents=True)
+    (task / "task.toml").write_text('version = "1.0"\n')
+    (task / "environment" / "Dockerfile").write_text(
+        "FROM ubuntu:24.04\nRUN grep -q 'VERSION_ID=\"24.04\"' /etc/os-release && apt-get update -qq "
+        "&& apt-get install -y -qq --no-install-recommends jq >/dev/null\nWORKDIR /app\n")
+    tag, adaptations = build_task_image(task)
+    remove_task_image(tag)
+    assert "clawloop/harbor-ubuntu:noble (ubuntu noble, bootstrapped here)" in adaptations[0]

@@ -226,12 +226,65 @@ def _label(image: str) -> str | None:
 _BASE_LOCK = threading.Lock()  # tasks imported at once build the bases once
 
 
-def ensure_base_images(cpu_shares: int | None = None) -> None:
+def ensure_base_images(cpu_shares: int | None = None, releases: list[str] = (),
+                       budget: TaskBudget | None = None) -> None:
     """The local stand-ins for Harbor's base images, built when missing or
     when what they are built from (the imported Debian image, the host's
-    added CA certificates, sandbox_images/harbor-python) changed."""
+    added CA certificates, sandbox_images/harbor-python) changed; and each
+    of `releases` (`clawloop/harbor-<distribution>:<suite>`) bootstrapped
+    from its archive when missing."""
     with _BASE_LOCK:
         _ensure_base_images(cpu_shares)
+        for release in releases:
+            if _image_id(release) is None:
+                _bootstrap_release(release, cpu_shares, budget or TaskBudget(None))
+
+
+def _bootstrap_release(tag: str, cpu_shares: int | None, budget: TaskBudget) -> None:
+    """A distribution release as a base image, as its official image is
+    made: debootstrap (minbase) from its archive, run from our Debian base,
+    each Release file checked against the distribution's keyring; then its
+    usual apt sources (with updates and security), ca-certificates with the
+    host's added CAs, and the CA variables of DEBIAN_BASE."""
+    distribution, suite = re.fullmatch(r"clawloop/harbor-(ubuntu|debian):([a-z]+)", tag).groups()
+    mirror, components, security = _ARCHIVES[distribution]
+    cas = sorted(HOST_EXTRA_CAS.glob("*.crt")) if HOST_EXTRA_CAS.is_dir() else []
+    if distribution == "ubuntu":
+        keyring = "/tmp/keyring/usr/share/keyrings/ubuntu-archive-keyring.gpg"
+        fetch_keyring = (
+            f"python3 -c \"import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], '/tmp/keyring.deb')\" "
+            f"{mirror}/{UBUNTU_KEYRING[0]} && echo '{UBUNTU_KEYRING[1]}  /tmp/keyring.deb' | sha256sum -c - "
+            "&& dpkg -x /tmp/keyring.deb /tmp/keyring && ")
+        script = "/usr/share/debootstrap/scripts/gutsy"  # the one script every Ubuntu release links to
+    else:
+        keyring, fetch_keyring, script = "/usr/share/keyrings/debian-archive-keyring.gpg", "", "/usr/share/debootstrap/scripts/sid"
+    security_suite = f"{suite}-security" if distribution == "ubuntu" or suite != "bullseye" else "bullseye-security"
+    sources = (f"deb {mirror} {suite} {components}\\ndeb {mirror} {suite}-updates {components}\\n"
+               f"deb {security} {security_suite} {components}\\n")
+    dockerfile = "\n".join([
+        f"FROM {DEBIAN_BASE} AS boot",
+        "RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends debootstrap "
+        "debian-archive-keyring && " + fetch_keyring +
+        f"debootstrap --foreign --variant=minbase --keyring={keyring} {suite} /rootfs {mirror} {script}",
+        "FROM scratch",
+        "COPY --from=boot /rootfs/ /",
+        "RUN /debootstrap/debootstrap --second-stage && rm -rf /var/cache/apt/archives/*.deb",
+        f"RUN printf '{sources}' > /etc/apt/sources.list",
+        *(["COPY ca/ /usr/local/share/ca-certificates/"] if cas else []),
+        "RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ca-certificates "
+        "&& update-ca-certificates >/dev/null && rm -rf /var/lib/apt/lists/*",
+        f"ENV PIP_CERT={CA_BUNDLE} REQUESTS_CA_BUNDLE={CA_BUNDLE} SSL_CERT_FILE={CA_BUNDLE} CURL_CA_BUNDLE={CA_BUNDLE}",
+        'CMD ["bash"]',
+    ]) + "\n"
+    timeout, timeout_text = budget.cap(DEFAULT_BUILD_TIMEOUT_S, f"the base image {tag}")
+    with tempfile.TemporaryDirectory(prefix="clawloop-harbor-base-") as tmp:
+        context = Path(tmp)
+        if cas:
+            (context / "ca").mkdir()
+            for ca in cas:
+                shutil.copyfile(ca, context / "ca" / ca.name)
+        (context / "Dockerfile").write_text(dockerfile, encoding="utf-8")
+        _build(context, tag, timeout, cpu_shares, f"the base image {tag} (bootstrapped from {mirror})", timeout_text)
 
 
 def _ensure_base_images(cpu_shares: int | None) -> None:
@@ -270,6 +323,29 @@ _PYTHON_IMAGE = re.compile(r"(^|/)python:(\d+\.\d+)?")
 _DEBIAN_IMAGE = re.compile(r"(^|/)(debian|ubuntu|buildpack-deps)(:|$)")
 
 
+# Releases bootstrapped here from their own archives (debootstrap, each
+# Release file checked against the distribution's keyring): the image's tag
+# -> (distribution, suite). Debian bookworm is the imported base itself.
+_RELEASES = {
+    "ubuntu": {"24.04": "noble", "noble": "noble", "latest": "noble", "": "noble", "22.04": "jammy",
+               "jammy": "jammy", "20.04": "focal", "focal": "focal"},
+    "debian": {"11": "bullseye", "bullseye": "bullseye", "13": "trixie", "trixie": "trixie"},
+}
+_ARCHIVES = {
+    "ubuntu": ("http://archive.ubuntu.com/ubuntu", "main restricted universe multiverse",
+               "http://security.ubuntu.com/ubuntu"),
+    "debian": ("http://deb.debian.org/debian", "main", "http://deb.debian.org/debian-security"),
+}
+# Ubuntu's archive keyring (Debian bookworm has no package of it), from
+# Ubuntu's archive, checked against this digest (noble's Packages index).
+UBUNTU_KEYRING = ("pool/main/u/ubuntu-keyring/ubuntu-keyring_2023.11.28.1_all.deb",
+                  "36de43b15853ccae0028e9a767613770c704833f82586f28eb262f0311adb8a8")
+
+
+def release_base(distribution: str, suite: str) -> str:
+    return f"clawloop/harbor-{distribution}:{suite}"
+
+
 def map_base_image(image: str, where: str) -> tuple[str, str | None]:
     """(the local image standing in for `image`, the adaptation or None)."""
     name = image.lower()
@@ -278,13 +354,21 @@ def map_base_image(image: str, where: str) -> tuple[str, str | None]:
         version = python.group(2)
         note = None if version == "3.11" else f"Python {version or '(unpinned)'} asked for, Debian bookworm's 3.11 used"
         return PYTHON_BASE, f"{where}: FROM {image} built from {PYTHON_BASE}" + (f" ({note})" if note else "")
+    release = re.search(r"(?:^|/)(ubuntu|debian):?([a-z]+|\d+(?:\.\d+)?)?", name)
+    if release:
+        distribution, tag = release.group(1), release.group(2) or ""
+        tag = tag if distribution == "ubuntu" else tag.split(".")[0]
+        suite = _RELEASES[distribution].get(tag)
+        if suite:
+            local = release_base(distribution, suite)
+            return local, f"{where}: FROM {image} built from {local} ({distribution} {suite}, bootstrapped here)"
     if _DEBIAN_IMAGE.search(name):
         return DEBIAN_BASE, f"{where}: FROM {image} built from {DEBIAN_BASE} (Debian bookworm)"
     raise HarborRunError(f"{where}: base image {image!r} has no local stand-in here "
                          f"(only python:*, debian:* and ubuntu:* map to our Debian bases)")
 
 
-def task_dockerfile(dockerfile: Path, apt_packages: list[str]) -> tuple[str, list[str]]:
+def task_dockerfile(dockerfile: Path, apt_packages: list[str], interpreter: bool = False) -> tuple[str, list[str]]:
     """The task's Dockerfile as built here: each FROM mapped (map_base_image;
     a FROM naming an earlier stage is kept), and test.sh's apt packages
     installed at the end, as root, then the Dockerfile's last USER again."""
@@ -309,19 +393,24 @@ def task_dockerfile(dockerfile: Path, apt_packages: list[str]) -> tuple[str, lis
         if alias:
             stages.add(alias)
         lines[number - 1] = f"FROM {local}" + (f" AS {alias}" if alias else "")
-    if apt_packages:
+    installs = sorted(set(apt_packages) | ({"python3"} if interpreter else set()))
+    if installs:
         lines += ["USER root",
                   "RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
-                  f"{' '.join(apt_packages)} && rm -rf /var/lib/apt/lists/*"]
+                  f"{' '.join(installs)} && rm -rf /var/lib/apt/lists/*"]
         if user:
             lines.append(f"USER {user}")
+    if apt_packages:
         adaptations.append(f"apt packages tests/test.sh installs ({', '.join(apt_packages)}) installed at build time: "
                            "the tests run offline")
+    if interpreter:
+        adaptations.append("python3 installed at build time for tests/test.sh's uv: Harbor's uv downloads its own "
+                           "interpreter, which the tests cannot offline (a no-op where the image has python3)")
     return "\n".join(lines) + "\n", adaptations
 
 
 def build_task_image(task_dir: Path, apt_packages: list[str] = (), cpu_shares: int | None = None,
-                     budget: TaskBudget | None = None) -> tuple[str, list[str]]:
+                     budget: TaskBudget | None = None, interpreter: bool = False) -> tuple[str, list[str]]:
     """Build `task_dir`'s environment/ into an image (reused when its
     context, its mapped Dockerfile and the base images are unchanged).
     Returns the tag and the adaptations. A task keeps one image: once a
@@ -330,10 +419,12 @@ def build_task_image(task_dir: Path, apt_packages: list[str] = (), cpu_shares: i
     context, dockerfile = task_dir / "environment", task_dir / "environment" / "Dockerfile"
     if not dockerfile.is_file():
         raise HarborRunError(f"{dockerfile}: missing; a Harbor run builds the task's image from it")
-    text, adaptations = task_dockerfile(dockerfile, sorted(apt_packages))
-    ensure_base_images(cpu_shares)
+    text, adaptations = task_dockerfile(dockerfile, sorted(apt_packages), interpreter)
+    releases = sorted({m.group(0) for m in re.finditer(r"clawloop/harbor-(?:ubuntu|debian):[a-z]+", text)}
+                      - {DEBIAN_BASE})
+    ensure_base_images(cpu_shares, releases, budget)
     digest = hashlib.sha256(text.encode())
-    for base in (DEBIAN_BASE, PYTHON_BASE):
+    for base in (DEBIAN_BASE, PYTHON_BASE, *releases):
         digest.update((_image_id(base) or "").encode())
     for path in sorted(p for p in context.rglob("*") if p.is_file() and not p.is_symlink()):
         digest.update(str(path.relative_to(context)).encode() + b"\0" + path.read_bytes())
@@ -492,7 +583,8 @@ def run_harbor_task(task_dir: Path, *, oracle: bool = True, cpu_shares: int | No
     test_sh = test_path.read_text(encoding="utf-8")
     first = _adapt_test_sh(test_sh, test_path, toolchain, None, pip_offline=True)
     budget = budget or TaskBudget(None)
-    image, adaptations = build_task_image(task_dir, sorted(first.apt), cpu_shares, budget)
+    image, adaptations = build_task_image(task_dir, sorted(first.apt), cpu_shares, budget,
+                                          interpreter=first.uses_uv)
     name = f"clawloop-harbor-{uuid.uuid4().hex[:12]}"
     memory = int(config["memory_bytes"])
     with tempfile.TemporaryDirectory(prefix="clawloop-harbor-run-") as tmp:

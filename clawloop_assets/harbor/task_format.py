@@ -953,6 +953,7 @@ class _Script:
 
     text: str
     uses_toolchain: bool = False
+    uses_uv: bool = False  # uv or uvx: they need an interpreter (-p), which offline they cannot download
     adaptations: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
     apt: dict[str, str] = field(default_factory=dict)  # apt package -> the line asking for it
@@ -1109,7 +1110,7 @@ def _pip_needs(script: _Script, arguments: list[str], where: str, toolchain: Too
 
 def _uv_needs(script: _Script, words: list[str], where: str, toolchain: Toolchain | None) -> None:
     """What a uv or uvx command needs from the wheelhouse."""
-    script.uses_toolchain = True
+    script.uses_toolchain = script.uses_uv = True
     if toolchain is None:
         script.reasons.append(f"{where}: `{shlex.join(words)[:100]}` needs uv and its wheelhouse, which are not "
                               f"built here: run `make setup`")
