@@ -234,6 +234,33 @@ def test_a_task_that_builds_only_as_an_image_validates_there_and_is_not_loaded_f
     assert broken.reasons[0].startswith(f"in its own image: {image_only_task}/solution/solve.sh:3: `pip install "
                                         "clawloop-absent` needs the network, which the task's container does not have")
     assert result.image not in task_images()
+    # Refused after its image was built (a test.sh requirement offline cannot meet): no image kept either.
+    (image_only_task / "tests" / "test.sh").write_text("#!/bin/bash\nuvx -w clawloop-absent==1.0 pytest\n")
+    refused = import_harbor_task(image_only_task, dest, DockerSandbox(), task_budget_s=300)
+    assert "uv requirement 'clawloop-absent==1.0' is not in the offline wheelhouse" in refused.reasons[0]
+    assert task_images("clawloop-harbor/build-step-task") == []
+
+
+@pytest.mark.slow
+def test_a_multi_stage_build_leaves_no_untagged_stage_behind(image_only_task):
+    import subprocess
+    import uuid
+
+    from clawloop_assets.harbor.docker_run import build_task_image, remove_task_image
+
+    marker = f"clawloop-stage-{uuid.uuid4().hex[:12]}"
+    (image_only_task / "environment" / "Dockerfile").write_text(
+        f"FROM python:3.11-slim AS stage\nRUN echo {marker} > /made\n"
+        "FROM python:3.11-slim\nWORKDIR /app\nCOPY --from=stage /made /app/made\n")
+    tag, _ = build_task_image(image_only_task)
+    remove_task_image(tag)
+
+    def history(image):
+        return subprocess.run(["docker", "history", "--no-trunc", "--format", "{{.CreatedBy}}", image],
+                              capture_output=True, text=True).stdout
+
+    images = subprocess.run(["docker", "images", "-aq"], capture_output=True, text=True, check=True).stdout.split()
+    assert not [image for image in set(images) if marker in history(image)]
 
 
 @pytest.mark.slow

@@ -165,8 +165,14 @@ def _build(context: Path, tag: str, timeout_s: float, cpu_shares: int | None, wh
     except subprocess.TimeoutExpired as exc:
         _remove_layers(_ANSI.sub("", _text(exc.stdout)))
         raise HarborRunError(f"{what}: the image build did not finish within {timeout_text or f'{timeout_s:g} s'}") from None
+    log = _ANSI.sub("", done.stdout + done.stderr)
+    if done.returncode == 0:
+        if len(re.findall(r"^Step \S+ : FROM ", log, re.M | re.I)) > 1:
+            # A multi-stage build leaves its earlier stages' images untagged.
+            built = re.search(r"^Successfully built ([0-9a-f]+)", log, re.M)
+            _remove_layers(log, keep=built.group(1) if built else None)
+        return
     if done.returncode != 0:
-        log = _ANSI.sub("", done.stdout + done.stderr)
         _remove_layers(log)
         unreachable = next((line.strip() for line in log.splitlines() if _UNREACHABLE.search(line)), None)
         if unreachable:
@@ -199,18 +205,20 @@ def _text(output) -> str:
     return output.decode("utf-8", "replace") if isinstance(output, bytes) else output or ""
 
 
-def _remove_layers(log: str) -> None:
-    """Remove the intermediate images a failed build made, newest first: the
+def _remove_layers(log: str, keep: str | None = None) -> None:
+    """Remove the intermediate images a build made, newest first: the
     classic builder's log names each (` ---> <id>`) after a step; a FROM's
-    image and one taken from the cache (` ---> Using cache`) were there
-    before and stay. One that is still in use (another build took it from
-    the cache since) is left: `docker image rm` refuses it."""
+    image, one taken from the cache (` ---> Using cache`) and `keep` (the
+    image built) stay. One still in use (the built image's own layers,
+    or one another build took from the cache since) is left: `docker image
+    rm` refuses an image with children, and is never forced here."""
     made, step, previous = [], "", ""
     for line in log.splitlines():
         if line.startswith("Step "):
             step = line
         match = re.fullmatch(r" ---> ([0-9a-f]{12,64})", line.rstrip())
-        if match and previous.strip() != "---> Using cache" and not re.match(r"Step \S+ : FROM ", step, re.I):
+        if (match and previous.strip() != "---> Using cache" and not re.match(r"Step \S+ : FROM ", step, re.I)
+                and not (keep and keep.startswith(match.group(1)[:12]))):
             made.append(match.group(1))
         previous = line
     for image in reversed(made):

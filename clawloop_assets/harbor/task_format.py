@@ -256,7 +256,18 @@ def _validate_in_task_image(result: ImportResult, src: Path, sandbox: Sandbox, o
     say why the agent cannot run it. Not: the image path's reason first."""
     from dataclasses import replace
 
-    from clawloop_assets.harbor.docker_run import HarborRunError, remove_task_image, validate_the_harbor_way
+    from clawloop_assets.harbor.docker_run import (
+        IMAGE_REPOSITORY,
+        HarborRunError,
+        remove_task_image,
+        task_images,
+        validate_the_harbor_way,
+    )
+
+    def remove_images() -> None:
+        # A task that does not validate keeps no image (docker_run keeps one per task, reused while unchanged).
+        for tag in task_images(f"{IMAGE_REPOSITORY}/{result.task_id}"):
+            remove_task_image(tag)
 
     config = _read_task_toml(src / "task.toml")
     timeout = oracle_timeout_s or min(config["agent_timeout_s"], DEFAULT_ORACLE_TIMEOUT_S)
@@ -265,13 +276,13 @@ def _validate_in_task_image(result: ImportResult, src: Path, sandbox: Sandbox, o
         failure, solved, _untouched = validate_the_harbor_way(src, cpu_shares=getattr(sandbox, "cpu_shares", None),
                                                               oracle_timeout_s=timeout, budget_s=task_budget_s)
     except HarborRunError as exc:
+        remove_images()  # built, then refused (test.sh, the budget), or not built at all
         return replace(result, reasons=(f"in its own image: {exc}", *result.reasons))
     except SandboxError as exc:  # the engine's failure, not the task's
         return replace(result, reasons=(f"in its own image: not validated: the Docker engine failed: {exc}",
                                         *result.reasons))
     if failure is not None:
-        # A task that does not validate keeps no image (docker_run's images are per task, reused when unchanged).
-        remove_task_image(solved.image)
+        remove_images()
         return replace(result, reasons=(f"in its own image: {failure}", *result.reasons))
     note = (f"{tests}: validates only in its own image {solved.image} on Docker (oracle 1, untouched "
             f"{'no reward' if _untouched.reward is None else f'{_untouched.reward:g}'}); our agent's episodes do "
