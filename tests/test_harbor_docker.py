@@ -235,9 +235,9 @@ def test_a_task_that_builds_only_as_an_image_validates_there_and_is_not_loaded_f
                                         "clawloop-absent` needs the network, which the task's container does not have")
     assert result.image not in task_images()
     # Refused after its image was built (a test.sh requirement offline cannot meet): no image kept either.
-    (image_only_task / "tests" / "test.sh").write_text("#!/bin/bash\nuvx -w clawloop-absent==1.0 pytest\n")
+    (image_only_task / "tests" / "test.sh").write_text("#!/bin/bash\nuvx -w ./vendored/plugin pytest\n")
     refused = import_harbor_task(image_only_task, dest, DockerSandbox(), task_budget_s=300)
-    assert "uv requirement 'clawloop-absent==1.0' is not in the offline wheelhouse" in refused.reasons[0]
+    assert "uv requirement './vendored/plugin' is not a package name; it needs the network" in refused.reasons[0]
     assert task_images("clawloop-harbor/build-step-task") == []
 
 
@@ -287,3 +287,14 @@ def test_an_ubuntu_task_builds_on_ubuntu_bootstrapped_from_its_archive(tmp_path)
     tag, adaptations = build_task_image(task)
     remove_task_image(tag)
     assert "clawloop/harbor-ubuntu:noble (ubuntu noble, bootstrapped here)" in adaptations[0]
+
+
+@pytest.mark.slow
+def test_test_sh_requirements_outside_the_wheelhouse_are_fetched_as_wheels_for_the_images_python(tmp_path):
+    from clawloop_assets.harbor.docker_run import TaskBudget, fetch_wheels
+
+    note = fetch_wheels({"toml==0.10.2": "tests/test.sh:18"}, "3.12.3", tmp_path, TaskBudget(300))
+    assert [p.name for p in tmp_path.iterdir()] == ["toml-0.10.2-py2.py3-none-any.whl"]
+    assert note.startswith("tests/test.sh:18: toml==0.10.2 (not in the offline wheelhouse) fetched from PyPI for Python 3.12")
+    with pytest.raises(HarborRunError, match="the task's image has no python3"):
+        fetch_wheels({"toml==0.10.2": "tests/test.sh:18"}, None, tmp_path, TaskBudget(300))

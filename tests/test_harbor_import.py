@@ -172,11 +172,16 @@ def test_a_pip_install_in_test_sh_installs_from_the_wheelhouse_only_where_pip_ca
     toolchain = ensure_toolchain()
     text = ("#!/bin/bash\npip install pytest==8.4.1 pytest-json-ctrf==0.3.5 --break-system-packages\n"
             "pip3 install requests==2.32.5\npytest /tests/test_outputs.py\n")
-    in_image = _adapt_test_sh(text, Path("tests/test.sh"), toolchain, "3.11.2", pip_offline=True)
-    assert in_image.text.splitlines()[1] == ("pip install --no-index --find-links /harbor-toolchain/wheels "
+    in_image = _adapt_test_sh(text, Path("tests/test.sh"), toolchain, "3.11.2", in_image=True)
+    assert in_image.text.splitlines()[1] == ("pip install --no-index --find-links /harbor-wheels "
                                              "pytest==8.4.1 pytest-json-ctrf==0.3.5 --break-system-packages")
     assert in_image.uses_toolchain and "tests/test.sh:2" in in_image.adaptations[0]
-    assert in_image.reasons == ["tests/test.sh:3: pip requirement 'requests==2.32.5' is not in the offline wheelhouse"]
+    # What the wheelhouse lacks is fetched before the tests in an image, never a reason there.
+    assert in_image.reasons == [] and in_image.fetch == {"requests==2.32.5": "tests/test.sh:3"}
+    uvx = "uvx -p 3.13 -w pytest==8.4.1 -w numpy==2.3.1 pytest /tests\n"
+    assert _adapt_test_sh(uvx, Path("t.sh"), toolchain, "3.12.3", in_image=True).fetch == {"numpy==2.3.1": "t.sh:1"}
+    assert "numpy==2.3.1' is not in the offline wheelhouse" in _adapt_test_sh(uvx, Path("t.sh"), toolchain,
+                                                                              "3.11.2").reasons[0]
     in_sandbox = _adapt_test_sh(text, Path("tests/test.sh"), toolchain, "3.11.2")
     assert [r.split(":")[1] for r in in_sandbox.reasons] == ["2", "3"]
     assert all("needs the network" in r for r in in_sandbox.reasons)

@@ -32,6 +32,7 @@ the image, as in Harbor, and its files belong to the image's user.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import math
@@ -40,6 +41,7 @@ import re
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -50,6 +52,7 @@ from pathlib import Path
 from clawloop_assets.harbor.task_format import (
     _NETWORK_USE,
     HARBOR_MAX_PROCESSES,
+    IMAGE_WHEELS,
     REWARD_DIR,
     HarborTaskError,
     _adapt_test_sh,
@@ -589,7 +592,7 @@ def run_harbor_task(task_dir: Path, *, oracle: bool = True, cpu_shares: int | No
         raise HarborRunError(f"{solve}: missing; there is no oracle to run")
     toolchain = toolchain or load_toolchain()
     test_sh = test_path.read_text(encoding="utf-8")
-    first = _adapt_test_sh(test_sh, test_path, toolchain, None, pip_offline=True)
+    first = _adapt_test_sh(test_sh, test_path, toolchain, None, in_image=True)
     budget = budget or TaskBudget(None)
     image, adaptations = build_task_image(task_dir, sorted(first.apt), cpu_shares, budget,
                                           interpreter=first.uses_uv)
@@ -607,10 +610,16 @@ def run_harbor_task(task_dir: Path, *, oracle: bool = True, cpu_shares: int | No
                 "--pids-limit", str(HARBOR_MAX_PROCESSES), "--ulimit", "core=0:0",
                 *(["--cpu-shares", str(cpu_shares)] if cpu_shares else []),
                 "-v", f"{logs}:{REWARD_DIR}:rw"]
+        wheels = Path(tmp) / "wheels"
+        wheels.mkdir()
         if first.uses_toolchain:
             if toolchain is None:
                 raise HarborRunError(f"{test_path}: uses uv, and the offline toolchain is not built: run `make setup`")
-            args += ["-v", f"{toolchain.root}:{TOOLCHAIN_MOUNT}:ro"]
+            for wheel in (toolchain.root / "wheels").iterdir():
+                shutil.copyfile(wheel, wheels / wheel.name)
+            os.chmod(wheels, 0o755)
+            # Filled before the tests run (fetched wheels): the mount shows what is added after the start.
+            args += ["-v", f"{toolchain.root}:{TOOLCHAIN_MOUNT}:ro", "-v", f"{wheels}:{IMAGE_WHEELS}:ro"]
         started_container = subprocess.run([*args, "--entrypoint", "sleep", image, "infinity"],
                                            capture_output=True, text=True, timeout=CONTAINER_SECONDS)
         if started_container.returncode != 0:
@@ -624,9 +633,11 @@ def run_harbor_task(task_dir: Path, *, oracle: bool = True, cpu_shares: int | No
                 timed_out = oracle_exit is None
             probe, version = _exec(name, ["python3", "-c", "import platform; print(platform.python_version())"], 30.0)
             python = version.strip().splitlines()[-1] if probe == 0 and version.strip() else None
-            script = _adapt_test_sh(test_sh, test_path, toolchain, python, pip_offline=True)
+            script = _adapt_test_sh(test_sh, test_path, toolchain, python, in_image=True)
             if script.reasons:
                 raise HarborRunError("; ".join(script.reasons))
+            if script.fetch:
+                script.adaptations.append(fetch_wheels(script.fetch, python, wheels, budget))
             with tempfile.TemporaryDirectory(prefix="clawloop-harbor-tests-") as tests_tmp:
                 tests = Path(tests_tmp) / "tests"
                 shutil.copytree(task_dir / "tests", tests, symlinks=True)
@@ -634,7 +645,7 @@ def run_harbor_task(task_dir: Path, *, oracle: bool = True, cpu_shares: int | No
                 _copy_in(name, tests, "/tests")
             env = dict(config["verifier_env"])
             if script.uses_toolchain:
-                env.update(TOOLCHAIN_ENV, PATH=f"{TOOLCHAIN_MOUNT}/bin:{_image_path(image)}")
+                env.update(TOOLCHAIN_ENV, UV_FIND_LINKS=IMAGE_WHEELS, PATH=f"{TOOLCHAIN_MOUNT}/bin:{_image_path(image)}")
             test_timeout, test_timeout_text = budget.cap(config["verifier_timeout_s"], "tests/test.sh")
             test_exit, test_output = _exec(name, ["bash", "/tests/test.sh"], test_timeout, env)
             reward, detail, named = read_reward(logs)
@@ -650,6 +661,57 @@ def run_harbor_task(task_dir: Path, *, oracle: bool = True, cpu_shares: int | No
             subprocess.run([_docker(), "rm", "-f", name], capture_output=True, timeout=CONTAINER_SECONDS)
     return HarborRun(task_dir, image, oracle, reward, detail, named, oracle_exit, timed_out, test_exit,
                      tuple(adaptations + script.adaptations), time.monotonic() - started)
+
+
+# Wheels a Linux x86-64 image can install: pip's manylinux tags from the
+# oldest glibc of our stand-in bases (2.31: Debian bullseye, Ubuntu focal) down.
+_WHEEL_PLATFORMS = ("manylinux_2_31_x86_64", "manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64",
+                    "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64")
+WHEEL_FETCH_SECONDS = 600.0
+_FETCHED: dict[tuple, Path] = {}
+_FETCH_LOCK = threading.Lock()
+
+
+def fetch_wheels(requirements: dict[str, str], python: str | None, dest: Path, budget: TaskBudget) -> str:
+    """Download, on the host, the wheels (with their dependencies) of the
+    test.sh requirements the offline wheelhouse lacks, for the image's
+    Python, into `dest` (the tests' wheelhouse): as Harbor's uvx fetches
+    them at test time, but before the tests, which stay offline. Wheels
+    only (`--only-binary=:all:`): nothing is built or run. Reused within
+    this process for the same requirements and Python. Returns the
+    adaptation; a requirement with no such wheel raises HarborRunError."""
+    where = "; ".join(sorted(set(requirements.values())))
+    if not python:
+        raise HarborRunError(f"{where}: needs {', '.join(requirements)}, and the task's image has no python3 to "
+                             "fetch their wheels for")
+    version = ".".join(python.split(".")[:2])
+    key = (tuple(sorted(requirements)), version)
+    with _FETCH_LOCK:
+        cached = _FETCHED.get(key)
+    if cached is None:
+        cached = Path(tempfile.mkdtemp(prefix="clawloop-harbor-wheels-"))
+        atexit.register(shutil.rmtree, cached, True)
+        timeout, timeout_text = budget.cap(WHEEL_FETCH_SECONDS, "fetching test.sh's wheels")
+        args = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--dest", str(cached),
+                "--python-version", version, "--implementation", "cp",
+                *[f"--platform={platform}" for platform in _WHEEL_PLATFORMS], *sorted(requirements)]
+        try:
+            done = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise HarborRunError(f"{where}: fetching the wheels of {', '.join(sorted(requirements))} from PyPI did "
+                                 f"not finish within {timeout_text}") from None
+        if done.returncode != 0:
+            said = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("ERROR")]
+            raise HarborRunError(f"{where}: PyPI has no wheel of {', '.join(sorted(requirements))} (with its "
+                                 f"dependencies) for Python {version} on Linux x86-64: "
+                                 f"{' '.join(said)[-400:] or 'pip download failed'}")
+        with _FETCH_LOCK:
+            _FETCHED[key] = cached
+    for wheel in cached.iterdir():
+        if not (dest / wheel.name).exists():
+            shutil.copyfile(wheel, dest / wheel.name)
+    return (f"{where}: {', '.join(sorted(requirements))} (not in the offline wheelhouse) fetched from PyPI for "
+            f"Python {version} before the tests, which run offline")
 
 
 def network_line(script: Path) -> str | None:

@@ -965,6 +965,8 @@ class _Script:
     text: str
     uses_toolchain: bool = False
     uses_uv: bool = False  # uv or uvx: they need an interpreter (-p), which offline they cannot download
+    # In a task's image: requirements outside the wheelhouse, to fetch from PyPI before the tests (requirement -> line).
+    fetch: dict[str, str] = field(default_factory=dict)
     adaptations: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
     apt: dict[str, str] = field(default_factory=dict)  # apt package -> the line asking for it
@@ -990,13 +992,19 @@ _UV_PYTHON = re.compile(r"(?<![\w-])(-p|--python)(\s+|=)(\d+\.\d+)(?![\w.])")
 _PIP_INSTALL = re.compile(r"(?<![\w-])(pip3?|python3?\s+-m\s+pip)\s+install(?![\w-])")
 
 
+IMAGE_WHEELS = "/harbor-wheels"  # a task image's tests: the wheelhouse plus what was fetched for them
+
+
 def _adapt_test_sh(text: str, path: Path, toolchain: Toolchain | None, python: str | None,
-                   pip_offline: bool = False) -> _Script:
-    """`pip_offline`: the tests run where pip can install (a task's own
-    image, whose root filesystem is writable): a `pip install` line whose
-    every requirement is in the offline wheelhouse installs from it,
-    `--no-index`. Our sandbox's system Python is read-only: there, as any
-    other fetch, such a line needs the network."""
+                   in_image: bool = False) -> _Script:
+    """`in_image`: the tests run in the task's own image (docker_run),
+    whose root filesystem pip can write and whose wheelhouse the harness
+    fills before the tests: a `pip install` line installs, `--no-index`,
+    from IMAGE_WHEELS, and a uv, uvx or pip requirement outside the
+    offline wheelhouse is to be fetched (`_Script.fetch`) rather than a
+    reason. In our sandbox (a read-only system Python, the wheelhouse as
+    built) such a pip line needs the network and such a requirement is
+    not runnable."""
     script = _Script(text)
     out, lines, index = [], text.splitlines(), 0
     have = ".".join(python.split(".")[:2]) if python else None
@@ -1038,8 +1046,8 @@ def _adapt_test_sh(text: str, path: Path, toolchain: Toolchain | None, python: s
                 kinds.append("noop")
             elif words[0] in ("uv", "uvx"):
                 kinds.append("uv")
-                _uv_needs(script, words, where, toolchain)
-            elif pip_offline and _pip_install_words(words) is not None:
+                _uv_needs(script, words, where, toolchain, fetch=in_image)
+            elif in_image and _pip_install_words(words) is not None:
                 kinds.append("pip")
                 _pip_needs(script, _pip_install_words(words), where, toolchain)
             else:
@@ -1057,9 +1065,8 @@ def _adapt_test_sh(text: str, path: Path, toolchain: Toolchain | None, python: s
             out += [""] * (len(physical) - 1)  # line numbers kept
             continue
         if "pip" in kinds and set(kinds) <= {"pip", "noop"} and not installer:
-            rewritten = _PIP_INSTALL.sub(lambda m: f"{m.group(0)} --no-index --find-links {TOOLCHAIN_MOUNT}/wheels",
-                                         logical)
-            script.adaptations.append(f"{where}: `{logical[:100]}` installs from the offline wheelhouse")
+            rewritten = _PIP_INSTALL.sub(lambda m: f"{m.group(0)} --no-index --find-links {IMAGE_WHEELS}", logical)
+            script.adaptations.append(f"{where}: `{logical[:100]}` installs from the tests' offline wheelhouse")
             out.append(rewritten)
             out += [""] * (len(physical) - 1)  # line numbers kept
             continue
@@ -1114,12 +1121,10 @@ def _pip_needs(script: _Script, arguments: list[str], where: str, toolchain: Too
         if name is None:
             script.reasons.append(f"{where}: pip requirement {word!r} is not a package name; it needs the network")
         elif not toolchain.has(name, pinned.group(1) if pinned else None):
-            have = toolchain.wheels.get(name)
-            script.reasons.append(f"{where}: pip requirement {word!r} is not in the offline wheelhouse"
-                                  + (f" (it holds {name} {', '.join(have)})" if have else ""))
+            script.fetch.setdefault(word, where)
 
 
-def _uv_needs(script: _Script, words: list[str], where: str, toolchain: Toolchain | None) -> None:
+def _uv_needs(script: _Script, words: list[str], where: str, toolchain: Toolchain | None, fetch: bool = False) -> None:
     """What a uv or uvx command needs from the wheelhouse."""
     script.uses_toolchain = script.uses_uv = True
     if toolchain is None:
@@ -1147,6 +1152,8 @@ def _uv_needs(script: _Script, words: list[str], where: str, toolchain: Toolchai
         pinned = re.search(r"==\s*([A-Za-z0-9.+!-]+)$", requirement)
         if name is None:
             script.reasons.append(f"{where}: uv requirement {requirement!r} is not a package name; it needs the network")
+        elif fetch and not toolchain.has(name, pinned.group(1) if pinned else None):
+            script.fetch.setdefault(requirement, where)
         elif not toolchain.has(name, pinned.group(1) if pinned else None):
             have = toolchain.wheels.get(name)
             script.reasons.append(f"{where}: uv requirement {requirement!r} is not in the offline wheelhouse"
