@@ -273,7 +273,7 @@ def _validate_in_task_image(result: ImportResult, src: Path, sandbox: Sandbox, o
     timeout = oracle_timeout_s or min(config["agent_timeout_s"], DEFAULT_ORACLE_TIMEOUT_S)
     tests = src / "tests" / "test.sh"
     try:
-        failure, solved, _untouched = validate_the_harbor_way(src, cpu_shares=getattr(sandbox, "cpu_shares", None),
+        failure, solved, untouched = validate_the_harbor_way(src, cpu_shares=getattr(sandbox, "cpu_shares", None),
                                                               oracle_timeout_s=timeout, budget_s=task_budget_s)
     except HarborRunError as exc:
         remove_images()  # built, then refused (test.sh, the budget), or not built at all
@@ -285,7 +285,7 @@ def _validate_in_task_image(result: ImportResult, src: Path, sandbox: Sandbox, o
         remove_images()
         return replace(result, reasons=(f"in its own image: {failure}", *result.reasons))
     note = (f"{tests}: validates only in its own image {solved.image} on Docker (oracle 1, untouched "
-            f"{'no reward' if _untouched.reward is None else f'{_untouched.reward:g}'}); our agent's episodes do "
+            f"{'no reward' if untouched.reward is None else f'{untouched.reward:g}'}); our agent's episodes do "
             "not run in task images, so the evaluation set does not load it")
     return replace(result, image=solved.image, reasons=(note, *result.reasons),
                    adaptations=tuple(solved.adaptations))
