@@ -235,6 +235,7 @@ def _label(image: str) -> str | None:
 
 
 _BASE_LOCK = threading.Lock()  # tasks imported at once build the bases once
+_RELEASE_LOCKS: dict[str, threading.Lock] = {}
 
 
 def ensure_base_images(cpu_shares: int | None = None, releases: list[str] = (),
@@ -246,7 +247,10 @@ def ensure_base_images(cpu_shares: int | None = None, releases: list[str] = (),
     from its archive when missing."""
     with _BASE_LOCK:
         _ensure_base_images(cpu_shares)
-        for release in releases:
+        locks = [_RELEASE_LOCKS.setdefault(release, threading.Lock()) for release in releases]
+    # One lock per release: a task never waits on the bootstrap of a release it does not use.
+    for release, lock in zip(releases, locks):
+        with lock:
             if _image_id(release) is None:
                 _bootstrap_release(release, cpu_shares, budget or TaskBudget(None))
 
