@@ -286,6 +286,7 @@ def evaluate_task_dir(directory: Path, checkpoint: str | None, samples: int | No
         EvalError,
         evaluate_tasks,
         load_eval_tasks,
+        not_evaluated,
         render_eval,
         resolve_checkpoint,
     )
@@ -295,7 +296,7 @@ def evaluate_task_dir(directory: Path, checkpoint: str | None, samples: int | No
     resources = resources_for(read_environment().profile)
     policy, loop = resources["policy"], resources["loop"]
     try:
-        tasks = load_eval_tasks(directory)
+        tasks = load_eval_tasks(directory, resources["sandbox"])
         path = resolve_checkpoint(checkpoint, policy, DuckDBWarehouse)
         ident = checkpoint_id(path)
     except (EvalError, CheckpointError) as exc:
@@ -312,6 +313,9 @@ def evaluate_task_dir(directory: Path, checkpoint: str | None, samples: int | No
     finally:
         session.close()
     print(render_eval(report), end="")
+    left_out = not_evaluated(directory)
+    if left_out:
+        print(left_out)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -350,6 +354,12 @@ def main(argv: list[str] | None = None) -> None:
     harbor_import.add_argument("--oracle-timeout", type=float, default=None,
                                help="seconds each task's oracle may run while it is validated "
                                     "(default: the task's agent timeout, at most 600)")
+    harbor_import.add_argument("--task-budget", type=float, default=None,
+                               help="with --sandbox docker: seconds each task's validation in its own image may take "
+                                    "(build, oracle and tests together; default: their own timeouts)")
+    harbor_import.add_argument("--cpu-shares", type=int, default=None,
+                               help="with --sandbox docker: docker --cpu-shares of the containers and image builds "
+                                    "(default: $CLAWLOOP_DOCKER_CPU_SHARES, else Docker's)")
     evaluate = commands.add_parser("eval", help="a policy checkpoint on a directory of imported tasks: pass@1 with its "
                                                 "95%% interval per task set, and a table of tasks")
     evaluate.add_argument("--tasks", type=Path, required=True,
@@ -366,6 +376,11 @@ def main(argv: list[str] | None = None) -> None:
     harbor_run.add_argument("--cpu-shares", type=int, default=None,
                             help="docker --cpu-shares of the build and the containers (default: "
                                  "$CLAWLOOP_DOCKER_CPU_SHARES, else Docker's)")
+    harbor_prune = commands.add_parser("harbor-prune", help="remove the built task images (clawloop-harbor/*) that no "
+                                                            "import destination's manifest lists as validated")
+    harbor_prune.add_argument("--keep", type=Path, action="append", default=[],
+                              help="an import destination whose tasks' images are kept (repeatable; default: "
+                                   "$CLAWLOOP_HOME/evaluation/imported when it exists)")
     harbor_export = commands.add_parser("harbor-export", help="write a round's admitted tasks in the Harbor task format")
     harbor_export.add_argument("--round", required=True, help="round key, e.g. round-0001")
     harbor_export.add_argument("--out", type=Path, required=True, help="a directory that does not exist yet")
@@ -379,10 +394,14 @@ def main(argv: list[str] | None = None) -> None:
         from clawloop_assets.harbor.task_format import HarborTaskError, import_harbor_directory, render_import_table
         from resources.sandbox import BubblewrapSandbox, DockerSandbox
 
-        sandbox = DockerSandbox() if args.sandbox == "docker" else BubblewrapSandbox()
+        if args.cpu_shares is not None and args.cpu_shares < 2:
+            parser.error(f"--cpu-shares must be at least 2, got {args.cpu_shares}")
+        cpu_shares = args.cpu_shares if args.cpu_shares is not None else environment.docker_cpu_shares
+        sandbox = DockerSandbox(cpu_shares=cpu_shares) if args.sandbox == "docker" else BubblewrapSandbox()
         try:
             results, manifest = import_harbor_directory(args.src, args.dest or paths.evaluation_imports_dir(), sandbox,
-                                                        oracle_timeout_s=args.oracle_timeout)
+                                                        oracle_timeout_s=args.oracle_timeout,
+                                                        task_budget_s=args.task_budget)
         except HarborTaskError as exc:
             raise SystemExit(f"clawloop harbor-import: {exc}") from None
         print(render_import_table(results), end="")
@@ -406,6 +425,18 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"{'oracle' if run.oracle else 'untouched'}: {reward} ({run.seconds:.1f} s): {run.detail}")
         if failure:
             raise SystemExit(f"clawloop harbor-run: {failure}")
+    elif args.command == "harbor-prune":
+        from clawloop_assets.harbor.docker_run import prune_task_images
+        from clawloop_assets.harbor.task_format import HarborTaskError
+
+        keep = args.keep or [d for d in [paths.evaluation_imports_dir()] if d.is_dir()]
+        try:
+            removed, kept = prune_task_images(keep)
+        except HarborTaskError as exc:
+            raise SystemExit(f"clawloop harbor-prune: {exc}") from None
+        for tag in removed:
+            print(f"removed {tag}")
+        print(f"{len(removed)} task image(s) removed, {len(kept)} kept (validated in {', '.join(map(str, keep)) or 'none'})")
     elif args.command == "harbor-export":
         from clawloop_assets.harbor.task_format import export_round
         from resources.warehouse import DuckDBWarehouse

@@ -107,8 +107,9 @@ class Environment:
         "shared by every home on the machine like the vLLM venv. An empty value counts as unset.",
         default="~/.clawloop/harbor-toolchain", valid="a directory path", docs="docs/harbor.md")
     CLAWLOOP_DOCKER_CPU_SHARES: str | None = _variable(
-        "The CPU weight (docker --cpu-shares) of the image builds and containers of `clawloop harbor-run`, for a "
-        "machine shared with other work. An empty value counts as unset: Docker's default weight.",
+        "The CPU weight (docker --cpu-shares) of the image builds and containers of `clawloop harbor-run` and "
+        "`clawloop harbor-import --sandbox docker` (and its benchmark), for a machine shared with other work. An "
+        "empty value counts as unset: Docker's default weight.",
         default="unset", valid="an integer of at least 2", docs="docs/harbor.md")
 
     # --- which setup and which backends ---------------------------------------------------------------------

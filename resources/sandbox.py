@@ -812,6 +812,9 @@ class DockerSandbox(Sandbox):
     # is ended (the command's result, never a SandboxError).
     episode_start_seconds: float = 60.0
     episode_grace_seconds: float = 5.0
+    # docker --cpu-shares of every container (None: Docker's default weight),
+    # for a machine shared with other work (CLAWLOOP_DOCKER_CPU_SHARES).
+    cpu_shares: int | None = None
 
     def _docker(self) -> str:
         path = shutil.which(self.docker)
@@ -851,6 +854,7 @@ class DockerSandbox(Sandbox):
             "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
             "--security-opt", f"seccomp={_docker_seccomp_file()}",
             "--user", f"{uid}:{gid}", *extra,
+            *(["--cpu-shares", str(self.cpu_shares)] if self.cpu_shares else []),
             "--memory", str(limits.memory_bytes), "--memory-swap", str(limits.memory_bytes),
             "--pids-limit", str(limits.max_processes),
             "--ulimit", "core=0:0",

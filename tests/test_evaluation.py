@@ -122,6 +122,18 @@ def test_imported_bundles_join_the_set_and_a_malformed_one_is_named(clawloop_hom
         evaluation_tasks(sandbox, SMALL_SET)
 
 
+def test_tasks_validated_only_in_their_own_image_are_named_and_never_loaded(clawloop_home):
+    sandbox = BubblewrapSandbox()
+    imports = paths.evaluation_imports_dir()
+    imports.mkdir(parents=True)
+    row = {"task_id": "needs-its-image", "runnable": False, "image": "clawloop-harbor/needs-its-image:0123"}
+    (imports / MANIFEST_NAME).write_text(json.dumps({"runnable": [], "image_only": [row], "not_runnable": []}))
+    said = []
+    _, tasks = evaluation_tasks(sandbox, SMALL_SET, log=said.append)
+    assert {t.source for t in tasks} == {"own"}
+    assert any("1 imported task(s) validate only in their own image" in m and "needs-its-image" in m for m in said)
+
+
 def test_no_round_ever_draws_an_evaluation_seed_or_task(clawloop_home):
     """Synthesis seeds (round * 1000 + j) stay below the reserved range for every
     round number, even with far more candidates per round than any profile uses."""

@@ -25,7 +25,10 @@ from clawloop_assets.harbor.docker_run import (
     ("python:3.11-slim", PYTHON_BASE, None),
     ("python:3.13-slim-bookworm", PYTHON_BASE, "Python 3.13 asked for, Debian bookworm's 3.11 used"),
     ("ghcr.io/laude-institute/t-bench/python-3-13:20250620", None, "no local stand-in"),
-    ("ubuntu:24.04", DEBIAN_BASE, "Debian bookworm"),
+    ("ubuntu:24.04", "clawloop/harbor-ubuntu:noble", "ubuntu noble, bootstrapped here"),
+    ("debian:13.0-slim", "clawloop/harbor-debian:trixie", "debian trixie, bootstrapped here"),
+    ("debian:bookworm-slim", DEBIAN_BASE, "Debian bookworm"),
+    ("ubuntu:16.04", DEBIAN_BASE, "Debian bookworm"),
     ("nvidia/cuda:12.4.0-runtime-ubuntu22.04", None, "no local stand-in"),
 ])
 def test_base_images_map_to_our_debian_images_or_are_refused(image, local, note):
@@ -36,6 +39,15 @@ def test_base_images_map_to_our_debian_images_or_are_refused(image, local, note)
     mapped, adaptation = map_base_image(image, "Dockerfile:1")
     assert mapped == local and adaptation.startswith(f"Dockerfile:1: FROM {image} built from {local}")
     assert note is None or note in adaptation
+
+
+def test_tests_that_run_uv_get_an_interpreter_at_build_time(tmp_path):
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text("FROM ubuntu:24.04\nWORKDIR /app\n")
+    text, adaptations = task_dockerfile(dockerfile, [], interpreter=True)
+    assert text.splitlines()[-1].endswith("--no-install-recommends python3 && rm -rf /var/lib/apt/lists/*")
+    assert "python3 installed at build time for tests/test.sh's uv" in adaptations[-1]
+    assert "python3" not in task_dockerfile(dockerfile, [])[0]
 
 
 def test_the_dockerfile_is_rewritten_stage_by_stage_and_gets_the_tests_apt_packages(tmp_path):
@@ -108,3 +120,181 @@ def test_the_oracle_runs_without_network_or_capabilities(exported_task):
                      + solve.read_text().split("\n", 1)[1])
     run = run_harbor_task(exported_task)
     assert run.oracle_exit == 0 and run.reward == 1.0, run.detail
+
+
+def test_a_task_budget_caps_each_step_and_says_so():
+    from clawloop_assets.harbor.docker_run import TaskBudget
+
+    assert TaskBudget(None).cap(600.0, "the oracle") == (600.0, "600 s")
+    timeout, text = TaskBudget(100.0).cap(600.0, "the oracle")
+    assert 98.0 < timeout <= 100.0 and "per-task budget of 100 s" in text
+    assert TaskBudget(100.0).cap(30.0, "tests/test.sh") == (30.0, "30 s")
+    with pytest.raises(HarborRunError, match="per-task time budget of 0.5 s ran out before the image build"):
+        TaskBudget(0.5).cap(600.0, "the image build")
+
+
+def test_docker_containers_get_the_cpu_weight_asked_for():
+    from resources.sandbox import DockerSandbox, Mount, SandboxLimits
+
+    def line(sandbox):
+        return sandbox.command_line(["true"], [Mount("/tmp", "/workspace")], "/workspace", {}, SandboxLimits(), "n")
+
+    weighted = line(DockerSandbox(cpu_shares=2))
+    assert weighted[weighted.index("--cpu-shares") + 1] == "2"
+    assert "--cpu-shares" not in line(DockerSandbox())
+
+
+def test_the_benchmark_groups_reasons_from_task_images_apart(tmp_path):
+    from benchmarks.harbor_import import reason_group
+
+    root = tmp_path
+    built = (f"in its own image: {root}/a/environment/Dockerfile: the image build failed: E: Unable to locate "
+             "package libfoo\nmore")
+    assert reason_group(built, root) == ("image: environment/Dockerfile: the image build failed: an apt package Debian "
+                                         "bookworm (our stand-in base) does not have")
+    offline = (f"in its own image: {root}/b/solution/solve.sh:7: `pip install x` needs the network, which the task's "
+               f"container does not have (the oracle exited with 1); {root}/b/tests/test.sh: the oracle's run ...")
+    assert reason_group(offline, root) == ("image: solution/solve.sh: `…` needs the network, which the container "
+                                           "does not have")
+
+
+# A task whose Dockerfile runs a build step our sandbox cannot replay (a
+# RUN that writes a file the tests need): on Docker it validates in its
+# own image, and nothing loads it for our agent.
+IMAGE_ONLY_DOCKERFILE = """FROM python:3.11-slim
+WORKDIR /app
+COPY logs/ /app/logs/
+COPY README.txt .
+RUN python3 -c "open('/app/expected.txt', 'w').write('3')"
+"""
+IMAGE_ONLY_TEST_SH = """#!/bin/bash
+pip install pytest==8.4.1 pytest-json-ctrf==0.3.5
+if python3 -c 'import pytest' && [ "$(cat /app/error_count.txt 2>/dev/null)" = "$(cat /app/expected.txt)" ]; then
+  echo 1 > /logs/verifier/reward.txt
+else
+  echo 0 > /logs/verifier/reward.txt
+fi
+"""
+
+
+@pytest.fixture
+def image_only_task(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    src = Path(shutil.copytree(Path(__file__).parent / "harbor_tasks" / "count-error-lines",
+                               tmp_path / "bench" / "build-step-task"))
+    (src / "environment" / "Dockerfile").write_text(IMAGE_ONLY_DOCKERFILE)
+    (src / "tests" / "test.sh").write_text(IMAGE_ONLY_TEST_SH)
+    return src
+
+
+@pytest.mark.slow
+def test_a_task_that_builds_only_as_an_image_validates_there_and_is_not_loaded_for_evaluation(image_only_task, tmp_path):
+    from clawloop_assets.evaluation.fixed_set import image_only_tasks, imported_tasks
+    from clawloop_assets.evaluation.task_dir import EvalError, load_eval_tasks, not_evaluated
+    from clawloop_assets.harbor.docker_run import task_images
+    from clawloop_assets.harbor.task_format import import_harbor_directory, import_harbor_task
+    from resources.sandbox import BubblewrapSandbox, DockerSandbox
+
+    dest = tmp_path / "dest"
+    on_bubblewrap = import_harbor_task(image_only_task, dest, BubblewrapSandbox())
+    assert not on_bubblewrap.validated and on_bubblewrap.image is None
+    assert any("is a build step our sandbox cannot replay" in r for r in on_bubblewrap.reasons), on_bubblewrap.reasons
+
+    (result,), manifest = import_harbor_directory(image_only_task.parent, dest, DockerSandbox(), task_budget_s=300)
+    assert result.validated and not result.runnable and result.bundle_dir is None, result.reasons
+    assert result.image.startswith("clawloop-harbor/build-step-task:") and result.image in task_images()
+    assert "validates only in its own image" in result.reasons[0]
+    assert any("tests/test.sh:2: `pip install pytest==8.4.1" in note and "offline wheelhouse" in note
+               for note in result.adaptations), result.adaptations
+    assert any("build step our sandbox cannot replay" in r for r in result.reasons[1:])  # why our agent cannot run it
+    assert not (dest / "build-step-task").exists()
+    rows = json.loads(manifest.read_text())
+    assert rows["runnable"] == [] and [r["task_id"] for r in rows["image_only"]] == ["build-step-task"]
+    assert rows["image_only"][0]["image"] == result.image and rows["image_only"][0]["sandbox"] == "docker"
+    # Never loaded, never scored: named wherever it is left out.
+    assert imported_tasks(dest) == [] and [r["task_id"] for r in image_only_tasks(dest)] == ["build-step-task"]
+    with pytest.raises(EvalError, match="1 validate only in their own image on Docker"):
+        load_eval_tasks(dest)
+    assert "build-step-task" in not_evaluated(dest)
+    # The prune policy keeps an image while a destination lists its task as validated in it.
+    from clawloop_assets.harbor.docker_run import prune_task_images
+
+    repository = "clawloop-harbor/build-step-task"
+    assert prune_task_images([dest], repository) == ([], [result.image])
+    assert prune_task_images([], repository) == ([result.image], []) and result.image not in task_images()
+    (result,), _ = import_harbor_directory(image_only_task.parent, dest, DockerSandbox(), task_budget_s=300)
+    assert result.image in task_images()  # built again (its layers were removed with it)
+
+    # Its oracle broken: not validated, the reason says so, its image removed.
+    (image_only_task / "solution" / "solve.sh").write_text("#!/bin/bash\nset -e\npip install clawloop-absent\n")
+    broken = import_harbor_task(image_only_task, dest, DockerSandbox(), task_budget_s=300)
+    assert not broken.validated
+    assert broken.reasons[0].startswith(f"in its own image: {image_only_task}/solution/solve.sh:3: `pip install "
+                                        "clawloop-absent` needs the network, which the task's container does not have")
+    assert result.image not in task_images()
+    # Refused after its image was built (a test.sh requirement offline cannot meet): no image kept either.
+    (image_only_task / "tests" / "test.sh").write_text("#!/bin/bash\nuvx -w ./vendored/plugin pytest\n")
+    refused = import_harbor_task(image_only_task, dest, DockerSandbox(), task_budget_s=300)
+    assert "uv requirement './vendored/plugin' is not a package name; it needs the network" in refused.reasons[0]
+    assert task_images("clawloop-harbor/build-step-task") == []
+
+
+@pytest.mark.slow
+def test_a_multi_stage_build_leaves_no_untagged_stage_behind(image_only_task):
+    import subprocess
+    import uuid
+
+    from clawloop_assets.harbor.docker_run import build_task_image, remove_task_image
+
+    marker = f"clawloop-stage-{uuid.uuid4().hex[:12]}"
+    (image_only_task / "environment" / "Dockerfile").write_text(
+        f"FROM python:3.11-slim AS stage\nRUN echo {marker} > /made\n"
+        "FROM python:3.11-slim\nWORKDIR /app\nCOPY --from=stage /made /app/made\n")
+    tag, _ = build_task_image(image_only_task)
+    remove_task_image(tag)
+
+    def history(image):
+        return subprocess.run(["docker", "history", "--no-trunc", "--format", "{{.CreatedBy}}", image],
+                              capture_output=True, text=True).stdout
+
+    images = subprocess.run(["docker", "images", "-aq"], capture_output=True, text=True, check=True).stdout.split()
+    assert not [image for image in set(images) if marker in history(image)]
+
+
+@pytest.mark.slow
+def test_a_build_that_fetches_from_an_unreachable_host_says_so(image_only_task):
+    from clawloop_assets.harbor.docker_run import build_task_image
+
+    dockerfile = image_only_task / "environment" / "Dockerfile"
+    dockerfile.write_text(IMAGE_ONLY_DOCKERFILE + "RUN python3 -c \"import urllib.request; "
+                          "urllib.request.urlopen('http://clawloop-test.invalid/x')\"\nRUN false\n")
+    with pytest.raises(HarborRunError, match="fetches from a host this machine cannot reach"):
+        build_task_image(image_only_task)
+
+
+@pytest.mark.slow
+def test_an_ubuntu_task_builds_on_ubuntu_bootstrapped_from_its_archive(tmp_path):
+    from clawloop_assets.harbor.docker_run import build_task_image, remove_task_image
+
+    task = tmp_path / "ubuntu-task"
+    (task / "environment").mkdir(parents=True)
+    (task / "task.toml").write_text('version = "1.0"\n')
+    (task / "environment" / "Dockerfile").write_text(
+        "FROM ubuntu:24.04\nRUN grep -q 'VERSION_ID=\"24.04\"' /etc/os-release && apt-get update -qq "
+        "&& apt-get install -y -qq --no-install-recommends jq >/dev/null\nWORKDIR /app\n")
+    tag, adaptations = build_task_image(task)
+    remove_task_image(tag)
+    assert "clawloop/harbor-ubuntu:noble (ubuntu noble, bootstrapped here)" in adaptations[0]
+
+
+@pytest.mark.slow
+def test_test_sh_requirements_outside_the_wheelhouse_are_fetched_as_wheels_for_the_images_python(tmp_path):
+    from clawloop_assets.harbor.docker_run import TaskBudget, fetch_wheels
+
+    note = fetch_wheels({"toml==0.10.2": "tests/test.sh:18"}, "3.12.3", tmp_path, TaskBudget(300))
+    assert [p.name for p in tmp_path.iterdir()] == ["toml-0.10.2-py2.py3-none-any.whl"]
+    assert note.startswith("tests/test.sh:18: toml==0.10.2 (not in the offline wheelhouse) fetched from PyPI for Python 3.12")
+    with pytest.raises(HarborRunError, match="the task's image has no python3"):
+        fetch_wheels({"toml==0.10.2": "tests/test.sh:18"}, None, tmp_path, TaskBudget(300))

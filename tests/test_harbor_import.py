@@ -152,3 +152,36 @@ def test_task_memory_reaches_the_sandbox_and_a_missing_wheel_is_named(sandbox, t
     assert not result.runnable
     assert any("test.sh:7: uv requirement 'clawloop-absent==1.0' is not in the offline wheelhouse" in r
                for r in result.reasons), result.reasons
+
+
+def test_an_import_is_evaluated_only_on_the_backend_it_was_validated_on(sandbox, tmp_path):
+    from clawloop_assets.evaluation.fixed_set import EvaluationSetError, imported_tasks
+    from clawloop_assets.harbor.task_format import import_harbor_directory
+    from resources.sandbox import DockerSandbox
+
+    (result,), manifest = import_harbor_directory(task_copy(tmp_path, {}), tmp_path / "out", sandbox)
+    assert result.runnable and json.loads(manifest.read_text())["runnable"][0]["sandbox"] == "bubblewrap"
+    assert [t.task_id for t in imported_tasks(tmp_path / "out", sandbox)] == ["count-error-lines"]
+    with pytest.raises(EvaluationSetError, match="validated on the bubblewrap backend and this evaluation runs on docker"):
+        imported_tasks(tmp_path / "out", DockerSandbox())
+
+
+def test_a_pip_install_in_test_sh_installs_from_the_wheelhouse_only_where_pip_can_write(tmp_path):
+    from clawloop_assets.harbor.task_format import _adapt_test_sh
+
+    toolchain = ensure_toolchain()
+    text = ("#!/bin/bash\npip install pytest==8.4.1 pytest-json-ctrf==0.3.5 --break-system-packages\n"
+            "pip3 install requests==2.32.5\npytest /tests/test_outputs.py\n")
+    in_image = _adapt_test_sh(text, Path("tests/test.sh"), toolchain, "3.11.2", in_image=True)
+    assert in_image.text.splitlines()[1] == ("pip install --no-index --find-links /harbor-wheels "
+                                             "pytest==8.4.1 pytest-json-ctrf==0.3.5 --break-system-packages")
+    assert in_image.uses_toolchain and "tests/test.sh:2" in in_image.adaptations[0]
+    # What the wheelhouse lacks is fetched before the tests in an image, never a reason there.
+    assert in_image.reasons == [] and in_image.fetch == {"requests==2.32.5": "tests/test.sh:3"}
+    uvx = "uvx -p 3.13 -w pytest==8.4.1 -w numpy==2.3.1 pytest /tests\n"
+    assert _adapt_test_sh(uvx, Path("t.sh"), toolchain, "3.12.3", in_image=True).fetch == {"numpy==2.3.1": "t.sh:1"}
+    assert "numpy==2.3.1' is not in the offline wheelhouse" in _adapt_test_sh(uvx, Path("t.sh"), toolchain,
+                                                                              "3.11.2").reasons[0]
+    in_sandbox = _adapt_test_sh(text, Path("tests/test.sh"), toolchain, "3.11.2")
+    assert [r.split(":")[1] for r in in_sandbox.reasons] == ["2", "3"]
+    assert all("needs the network" in r for r in in_sandbox.reasons)

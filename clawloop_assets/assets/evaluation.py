@@ -9,7 +9,13 @@ import dagster as dg
 from clawloop_assets.assets.common import ROLLOUTS_POOL, record_cost
 from clawloop_assets.assets.training import policy_checkpoint
 from clawloop_assets.cost import measure
-from clawloop_assets.evaluation.fixed_set import evaluation_tasks, pass_at_1, pass_at_1_by_set, rollout_errors
+from clawloop_assets.evaluation.fixed_set import (
+    evaluation_tasks,
+    image_only_tasks,
+    pass_at_1,
+    pass_at_1_by_set,
+    rollout_errors,
+)
 from clawloop_assets.harness.agent_loop import rollout_row, run_rollouts
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.markdown import markdown_table
@@ -73,6 +79,8 @@ def evaluation(context: dg.AssetExecutionContext, warehouse: Warehouse, sandbox:
         "evaluation_tasks": score.tasks,
         "own_tasks": sum(t.source == "own" for t in tasks),
         "imported_tasks": sum(t.source == "imported" for t in tasks),
+        # Validated only in their own image on Docker: not run, never scored (docs/harbor.md).
+        "imported_tasks_not_evaluated": len(image_only_tasks()),
         "by_task_set": markdown_table(["task set", "tasks", "pass@1", "95% interval"], [
             (name, part.tasks, part.pass_at_1, f"[{part.ci_low}, {part.ci_high}]") for name, part in by_set.items()]),
         "samples_per_task": loop.evaluation_samples,

@@ -240,13 +240,17 @@ def _build_all(sandbox: Sandbox, root: Path, spec: EvaluationSetSpec, planned) -
     return manifest
 
 
-def imported_tasks(directory: Path | None = None) -> list[EvaluationTask]:
+def imported_tasks(directory: Path | None = None, sandbox: Sandbox | None = None) -> list[EvaluationTask]:
     """The validated task bundles under `directory` (default: the imports
     directory; none is fine): those `clawloop harbor-import` listed as runnable in its manifest,
     byte for byte as validated. A bundle directory it did not validate, or
-    one changed since, raises naming it, never enters the set silently.
-    Hidden entries (an import in progress, the manifest) are skipped."""
-    from clawloop_assets.harbor.task_format import HarborTaskError, read_import_manifest
+    one changed since, raises naming it, never enters the set silently; so
+    does one validated on another backend than `sandbox`'s (when given): a
+    task validated in the harness image may lack a host tool, and the other
+    way round. Hidden entries (an import in progress, the manifest) are
+    skipped. Tasks validated only in their own image (`image_only_tasks`)
+    have no bundle: nothing here runs them."""
+    from clawloop_assets.harbor.task_format import HarborTaskError, _backend_name, read_import_manifest
 
     directory = Path(directory) if directory is not None else paths.evaluation_imports_dir()
     if not directory.is_dir():
@@ -263,6 +267,10 @@ def imported_tasks(directory: Path | None = None) -> list[EvaluationTask]:
         if row is None:
             raise EvaluationSetError(f"imported evaluation task {path} was not validated by `clawloop harbor-import` "
                                      "(its manifest does not list it as runnable): import it again or remove it")
+        if sandbox is not None and row.get("sandbox") not in (None, _backend_name(sandbox)):
+            raise EvaluationSetError(f"imported evaluation task {path} was validated on the {row['sandbox']} backend "
+                                     f"and this evaluation runs on {_backend_name(sandbox)}: import it again with "
+                                     f"`clawloop harbor-import --sandbox {_backend_name(sandbox)}`")
         if row.get("sha256") != bundle_digest(path):
             raise EvaluationSetError(f"imported evaluation task {path} changed since `clawloop harbor-import` "
                                      "validated it: import it again")
@@ -272,6 +280,22 @@ def imported_tasks(directory: Path | None = None) -> list[EvaluationTask]:
             raise EvaluationSetError(f"imported evaluation task {path.name} is malformed: {exc}") from exc
         tasks.append(EvaluationTask("imported", bundle.task_id, bundle.capability, bundle, benchmark_name(row)))
     return tasks
+
+
+def image_only_tasks(directory: Path | None = None) -> list[dict]:
+    """The manifest rows of the tasks under `directory` that validate only
+    in their own image on Docker (task id, source, image, why our sandbox
+    cannot run them): listed so that a report names what it left out."""
+    from clawloop_assets.harbor.task_format import HarborTaskError, read_import_manifest
+
+    directory = Path(directory) if directory is not None else paths.evaluation_imports_dir()
+    if not directory.is_dir():
+        return []
+    try:
+        rows = read_import_manifest(directory).get("image_only", [])
+    except HarborTaskError as exc:
+        raise EvaluationSetError(f"the imports manifest in {directory} is malformed: {exc}") from exc
+    return sorted(rows, key=lambda row: row["task_id"])
 
 
 def benchmark_name(row: dict) -> str:
@@ -294,7 +318,11 @@ def evaluation_tasks(sandbox: Sandbox, spec: EvaluationSetSpec,
                      log: Callable[[str], None] = lambda m: None) -> tuple[str, list[EvaluationTask]]:
     """The whole set (own, then imported) and the own part's set id."""
     set_id, own = ensure_own_set(sandbox, spec, log)
-    tasks = own + imported_tasks()
+    tasks = own + imported_tasks(sandbox=sandbox)
+    left_out = image_only_tasks()
+    if left_out:
+        log(f"{len(left_out)} imported task(s) validate only in their own image on Docker and are not evaluated "
+            f"(our agent's episodes do not run in task images): {', '.join(r['task_id'] for r in left_out)}")
     seen: dict[str, EvaluationTask] = {}
     for task in tasks:
         if task.task_id in seen:

@@ -15,6 +15,7 @@ import polars as pl
 from clawloop_assets.evaluation.fixed_set import (
     EvaluationTask,
     PassAtOne,
+    image_only_tasks,
     imported_tasks,
     pass_at_1,
     pass_at_1_by_set,
@@ -44,19 +45,35 @@ class EvalReport:
     seconds: float
 
 
-def load_eval_tasks(directory: Path) -> list[EvaluationTask]:
+def load_eval_tasks(directory: Path, sandbox: Sandbox | None = None) -> list[EvaluationTask]:
     """The validated tasks in `directory`: an import destination with its
-    manifest. Anything else is refused naming the directory."""
+    manifest, each validated on `sandbox`'s backend (when given). Anything
+    else is refused naming the directory. Tasks validated only in their
+    own image are not loaded (`not_evaluated` names them)."""
     directory = Path(directory)
     if not directory.is_dir():
         raise EvalError(f"--tasks {directory}: not a directory")
     if not (directory / MANIFEST_NAME).is_file():
         raise EvalError(f"--tasks {directory}: no {MANIFEST_NAME}, so no task in it is known to be validated; "
                         f"run `clawloop harbor-import SRC --dest {directory}` first")
-    tasks = imported_tasks(directory)
+    tasks = imported_tasks(directory, sandbox)
     if not tasks:
-        raise EvalError(f"--tasks {directory}: its manifest lists no runnable task")
+        left_out = image_only_tasks(directory)
+        raise EvalError(f"--tasks {directory}: its manifest lists no runnable task" + (
+            f"; {len(left_out)} validate only in their own image on Docker, where our agent's episodes do not "
+            f"run ({', '.join(r['task_id'] for r in left_out[:10])}{', ...' if len(left_out) > 10 else ''})"
+            if left_out else ""))
     return tasks
+
+
+def not_evaluated(directory: Path) -> str | None:
+    """A line naming the tasks in `directory` that validate only in their
+    own image, so a report says what it left out (None when there are none)."""
+    left_out = image_only_tasks(directory)
+    if not left_out:
+        return None
+    return (f"not evaluated: {len(left_out)} task(s) validate only in their own image on Docker, where our agent's "
+            f"episodes do not run: {', '.join(r['task_id'] for r in left_out)}")
 
 
 def resolve_checkpoint(spec: str | None, policy: PolicyModel, warehouse_factory) -> Path:

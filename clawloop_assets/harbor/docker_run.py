@@ -32,6 +32,7 @@ the image, as in Harbor, and its files belong to the image's user.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import math
@@ -40,14 +41,18 @@ import re
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from clawloop_assets.harbor.task_format import (
+    _NETWORK_USE,
     HARBOR_MAX_PROCESSES,
+    IMAGE_WHEELS,
     REWARD_DIR,
     HarborTaskError,
     _adapt_test_sh,
@@ -59,8 +64,15 @@ from clawloop_assets.harbor.toolchain import TOOLCHAIN_ENV, TOOLCHAIN_MOUNT, Too
 from resources.environment import read_environment
 from resources.sandbox import SandboxError, SandboxUnavailable, _docker_seccomp_file
 
-DEBIAN_BASE = "clawloop/debian-bookworm:base"
+# The Debian bookworm image sandbox_images/harness/build.sh imports, and the
+# two built from it that stand in for Harbor's bases: Debian with the host's
+# added CA certificates (and the variables that make pip, requests and curl
+# use the system's CA bundle), and that plus Python's tools.
+DEBIAN_IMPORTED = "clawloop/debian-bookworm:base"
+DEBIAN_BASE = "clawloop/harbor-debian:bookworm"
 PYTHON_BASE = "clawloop/harbor-python:bookworm"
+BASE_LABEL = "clawloop.harbor.base"  # a digest of what an image was built from: rebuilt when it changes
+CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 IMAGE_REPOSITORY = "clawloop-harbor"
 PYTHON_BASE_CONTEXT = Path(__file__).resolve().parents[2] / "sandbox_images" / "harbor-python"
 HOST_EXTRA_CAS = Path("/usr/local/share/ca-certificates")
@@ -92,6 +104,28 @@ class HarborRun:
     seconds: float = 0.0
 
 
+class TaskBudget:
+    """A time cap on one task's whole Harbor-way validation (build, oracle,
+    tests, both runs): each step's timeout is its own or what is left of
+    the budget, whichever is less, and says which (`None`: no cap)."""
+
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self.end = None if seconds is None else time.monotonic() + seconds
+
+    def cap(self, own: float, what: str) -> tuple[float, str]:
+        """(the timeout of `what`, how to name it in a reason). Raises
+        HarborRunError when the budget is spent before `what` starts."""
+        if self.end is None:
+            return own, f"{own:g} s"
+        left = self.end - time.monotonic()
+        if left < 1.0:
+            raise HarborRunError(f"not judged: the per-task time budget of {self.seconds:g} s ran out before {what}")
+        if left < own:
+            return left, f"{left:.0f} s (what was left of the per-task budget of {self.seconds:g} s)"
+        return own, f"{own:g} s"
+
+
 def cpu_shares_setting() -> int | None:
     """The CPU weight (docker --cpu-shares) of the builds and containers, for
     a machine shared with other work (resources.environment: CLAWLOOP_DOCKER_CPU_SHARES)."""
@@ -111,43 +145,220 @@ def _image_id(image: str) -> str | None:
     return probe.stdout.strip() if probe.returncode == 0 else None
 
 
-def _build(context: Path, tag: str, timeout_s: float, cpu_shares: int | None, what: str) -> None:
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# A build log's line saying a fetch found no route to its host.
+_UNREACHABLE = re.compile(r"Could not resolve host|Name or service not known|Temporary failure in name resolution|"
+                          r"Could not resolve '|Failed to establish a new connection|Network is unreachable|"
+                          r"unable to resolve host address|Could not connect to|No address associated with hostname")
+
+
+def _build(context: Path, tag: str, timeout_s: float, cpu_shares: int | None, what: str,
+           timeout_text: str | None = None, build_args: dict[str, str] | None = None) -> None:
     """`docker build` of `context` with the host's network (the classic
     builder: no BuildKit daemon is set up here). A build that fails or runs
-    past `timeout_s` raises HarborRunError with the log's last lines."""
-    args = [_docker(), "build", "--network", "host", "--force-rm", "--quiet", "-t", tag,
-            *(["--cpu-shares", str(cpu_shares)] if cpu_shares else []), str(context)]
+    past `timeout_s` raises HarborRunError with the log's last lines, and
+    the layers it made are removed (a successful build's stay as the
+    image's parents, removed with it)."""
+    args = [_docker(), "build", "--network", "host", "--force-rm", "-t", tag,
+            *(["--cpu-shares", str(cpu_shares)] if cpu_shares else []),
+            *[f"--build-arg={name}={value}" for name, value in (build_args or {}).items()], str(context)]
     try:
         done = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s,
                               env={**os.environ, "DOCKER_BUILDKIT": "0"})
-    except subprocess.TimeoutExpired:
-        raise HarborRunError(f"{what}: the image build did not finish within {timeout_s:g} s") from None
-    if done.returncode != 0:
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-6:])
-        raise HarborRunError(f"{what}: the image build failed: {tail[-1500:]}")
-
-
-def ensure_base_images(cpu_shares: int | None = None) -> None:
-    """The local stand-ins for Harbor's base images, built once."""
-    if _image_id(DEBIAN_BASE) is None:
-        raise SandboxUnavailable(f"the Debian base image {DEBIAN_BASE} is missing: run `make docker-backend`")
-    if _image_id(PYTHON_BASE) is not None:
+    except subprocess.TimeoutExpired as exc:
+        _remove_layers(_ANSI.sub("", _text(exc.stdout)))
+        raise HarborRunError(f"{what}: the image build did not finish within {timeout_text or f'{timeout_s:g} s'}") from None
+    log = _ANSI.sub("", done.stdout + done.stderr)
+    if done.returncode == 0:
+        if len(re.findall(r"^Step \S+ : FROM ", log, re.M | re.I)) > 1:
+            # A multi-stage build leaves its earlier stages' images untagged.
+            built = re.search(r"^Successfully built ([0-9a-f]+)", log, re.M)
+            _remove_layers(log, keep=built.group(1) if built else None)
         return
+    if done.returncode != 0:
+        _remove_layers(log)
+        unreachable = next((line.strip() for line in log.splitlines() if _UNREACHABLE.search(line)), None)
+        if unreachable:
+            # Whatever failed last, a fetch that could not reach its host came first.
+            raise HarborRunError(f"{what}: the image build failed: it fetches from a host this machine cannot reach "
+                                 f"(builds here reach Debian's mirror and PyPI): {unreachable[:300]}")
+        raise HarborRunError(f"{what}: the image build failed: {_failed_step(log)}")
+
+
+# The classic builder's own lines, not a step's output.
+_BUILDER_CHATTER = re.compile(r"^( ---> |Removing intermediate container |Sending build context|DEPRECATED: The legacy "
+                              r"builder|\s+BuildKit is currently disabled|\s+environment-variable\.|\s*$)")
+
+
+def _failed_step(log: str) -> str:
+    """The failed step of a build log, its last output lines and the
+    builder's verdict (`The command ... returned a non-zero code: N`)."""
+    lines = log.splitlines()
+    start = max((i for i, line in enumerate(lines) if line.startswith("Step ")), default=0)
+    step = lines[start].strip() if lines and lines[start].startswith("Step ") else ""
+    verdict = [line.strip() for line in lines[start:] if line.startswith(("The command ", "COPY failed", "ADD failed",
+                                                                          "failed to ", "error ", "Error "))]
+    output = [line.strip() for line in lines[start + 1:] if not _BUILDER_CHATTER.match(line) and
+              line.strip() not in verdict]
+    text = "; ".join(part for part in [step[:200], " | ".join(output[-4:])[-700:], " ".join(verdict)[-300:]] if part)
+    return text or "no build output"
+
+
+def _text(output) -> str:
+    return output.decode("utf-8", "replace") if isinstance(output, bytes) else output or ""
+
+
+def _remove_layers(log: str, keep: str | None = None) -> None:
+    """Remove the intermediate images a build made, newest first: the
+    classic builder's log names each (` ---> <id>`) after a step; a FROM's
+    image, one taken from the cache (` ---> Using cache`) and `keep` (the
+    image built) stay. One still in use (the built image's own layers,
+    or one another build took from the cache since) is left: `docker image
+    rm` refuses an image with children, and is never forced here."""
+    made, step, previous = [], "", ""
+    for line in log.splitlines():
+        if line.startswith("Step "):
+            step = line
+        match = re.fullmatch(r" ---> ([0-9a-f]{12,64})", line.rstrip())
+        if (match and previous.strip() != "---> Using cache" and not re.match(r"Step \S+ : FROM ", step, re.I)
+                and not (keep and keep.startswith(match.group(1)[:12]))):
+            made.append(match.group(1))
+        previous = line
+    for image in reversed(made):
+        subprocess.run([_docker(), "image", "rm", image], capture_output=True, timeout=CONTAINER_SECONDS)
+
+
+def _label(image: str) -> str | None:
+    probe = subprocess.run([_docker(), "image", "inspect", "--format", f'{{{{index .Config.Labels "{BASE_LABEL}"}}}}',
+                            image], capture_output=True, text=True, timeout=CONTAINER_SECONDS)
+    return probe.stdout.strip() if probe.returncode == 0 else None
+
+
+_BASE_LOCK = threading.Lock()  # tasks imported at once build the bases once
+_RELEASE_LOCKS: dict[str, threading.Lock] = {}
+
+
+def ensure_base_images(cpu_shares: int | None = None, releases: list[str] = (),
+                       budget: TaskBudget | None = None) -> None:
+    """The local stand-ins for Harbor's base images, built when missing or
+    when what they are built from (the imported Debian image, the host's
+    added CA certificates, sandbox_images/harbor-python) changed; and each
+    of `releases` (`clawloop/harbor-<distribution>:<suite>`) bootstrapped
+    from its archive when missing."""
+    with _BASE_LOCK:
+        _ensure_base_images(cpu_shares)
+        locks = [_RELEASE_LOCKS.setdefault(release, threading.Lock()) for release in releases]
+    # One lock per release: a task never waits on the bootstrap of a release it does not use.
+    for release, lock in zip(releases, locks):
+        with lock:
+            if _image_id(release) is None:
+                _bootstrap_release(release, cpu_shares, budget or TaskBudget(None))
+
+
+def _bootstrap_release(tag: str, cpu_shares: int | None, budget: TaskBudget) -> None:
+    """A distribution release as a base image, as its official image is
+    made: debootstrap (minbase) from its archive, run from our Debian base,
+    each Release file checked against the distribution's keyring; then its
+    usual apt sources (with updates and security), ca-certificates with the
+    host's added CAs, and the CA variables of DEBIAN_BASE."""
+    distribution, suite = re.fullmatch(r"clawloop/harbor-(ubuntu|debian):([a-z]+)", tag).groups()
+    mirror, components, security = _ARCHIVES[distribution]
+    cas = sorted(HOST_EXTRA_CAS.glob("*.crt")) if HOST_EXTRA_CAS.is_dir() else []
+    if distribution == "ubuntu":
+        keyring = "/tmp/keyring/usr/share/keyrings/ubuntu-archive-keyring.gpg"
+        fetch_keyring = (
+            f"python3 -c \"import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], '/tmp/keyring.deb')\" "
+            f"{mirror}/{UBUNTU_KEYRING[0]} && echo '{UBUNTU_KEYRING[1]}  /tmp/keyring.deb' | sha256sum -c - "
+            "&& dpkg -x /tmp/keyring.deb /tmp/keyring && ")
+        script = "/usr/share/debootstrap/scripts/gutsy"  # the one script every Ubuntu release links to
+    else:
+        keyring, fetch_keyring, script = "/usr/share/keyrings/debian-archive-keyring.gpg", "", "/usr/share/debootstrap/scripts/sid"
+    security_suite = f"{suite}-security" if distribution == "ubuntu" or suite != "bullseye" else "bullseye-security"
+    sources = (f"deb {mirror} {suite} {components}\\ndeb {mirror} {suite}-updates {components}\\n"
+               f"deb {security} {security_suite} {components}\\n")
+    dockerfile = "\n".join([
+        f"FROM {DEBIAN_BASE} AS boot",
+        "RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends debootstrap "
+        "debian-archive-keyring && " + fetch_keyring +
+        f"debootstrap --foreign --variant=minbase --keyring={keyring} {suite} /rootfs {mirror} {script}",
+        "FROM scratch",
+        "COPY --from=boot /rootfs/ /",
+        "RUN /debootstrap/debootstrap --second-stage && rm -rf /var/cache/apt/archives/*.deb",
+        f"RUN printf '{sources}' > /etc/apt/sources.list",
+        *(["COPY ca/ /usr/local/share/ca-certificates/"] if cas else []),
+        "RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ca-certificates "
+        "&& update-ca-certificates >/dev/null && rm -rf /var/lib/apt/lists/*",
+        f"ENV PIP_CERT={CA_BUNDLE} REQUESTS_CA_BUNDLE={CA_BUNDLE} SSL_CERT_FILE={CA_BUNDLE} CURL_CA_BUNDLE={CA_BUNDLE}",
+        'CMD ["bash"]',
+    ]) + "\n"
+    timeout, timeout_text = budget.cap(DEFAULT_BUILD_TIMEOUT_S, f"the base image {tag}")
     with tempfile.TemporaryDirectory(prefix="clawloop-harbor-base-") as tmp:
         context = Path(tmp)
-        shutil.copyfile(PYTHON_BASE_CONTEXT / "Dockerfile", context / "Dockerfile")
-        cas = sorted(HOST_EXTRA_CAS.glob("*.crt")) if HOST_EXTRA_CAS.is_dir() else []
         if cas:
             (context / "ca").mkdir()
             for ca in cas:
                 shutil.copyfile(ca, context / "ca" / ca.name)
-            with open(context / "Dockerfile", "a", encoding="utf-8") as f:
-                f.write("COPY ca/ /usr/local/share/ca-certificates/\nRUN update-ca-certificates >/dev/null\n")
-        _build(context, PYTHON_BASE, DEFAULT_BUILD_TIMEOUT_S, cpu_shares, str(PYTHON_BASE_CONTEXT / "Dockerfile"))
+        (context / "Dockerfile").write_text(dockerfile, encoding="utf-8")
+        _build(context, tag, timeout, cpu_shares, f"the base image {tag} (bootstrapped from {mirror})", timeout_text)
+
+
+def _ensure_base_images(cpu_shares: int | None) -> None:
+    imported = _image_id(DEBIAN_IMPORTED)
+    if imported is None:
+        raise SandboxUnavailable(f"the Debian base image {DEBIAN_IMPORTED} is missing: run `make docker-backend`")
+    cas = sorted(HOST_EXTRA_CAS.glob("*.crt")) if HOST_EXTRA_CAS.is_dir() else []
+    # Builds reach PyPI and the mirror through whatever the host trusts;
+    # pip and requests read their own CA bundles unless told the system's.
+    debian = "\n".join([
+        f"FROM {DEBIAN_IMPORTED}",
+        *(["COPY ca/ /usr/local/share/ca-certificates/", "RUN update-ca-certificates >/dev/null"] if cas else []),
+        f"ENV PIP_CERT={CA_BUNDLE} REQUESTS_CA_BUNDLE={CA_BUNDLE} SSL_CERT_FILE={CA_BUNDLE} CURL_CA_BUNDLE={CA_BUNDLE}",
+    ]) + "\n"
+    digest = hashlib.sha256(imported.encode() + debian.encode() + b"".join(ca.read_bytes() for ca in cas)).hexdigest()[:16]
+    if _label(DEBIAN_BASE) != digest:
+        with tempfile.TemporaryDirectory(prefix="clawloop-harbor-base-") as tmp:
+            context = Path(tmp)
+            if cas:
+                (context / "ca").mkdir()
+                for ca in cas:
+                    shutil.copyfile(ca, context / "ca" / ca.name)
+            (context / "Dockerfile").write_text(debian + f'LABEL {BASE_LABEL}="{digest}"\n', encoding="utf-8")
+            _build(context, DEBIAN_BASE, DEFAULT_BUILD_TIMEOUT_S, cpu_shares, f"the base image {DEBIAN_BASE}")
+    python = (PYTHON_BASE_CONTEXT / "Dockerfile").read_text(encoding="utf-8")
+    digest = hashlib.sha256((_image_id(DEBIAN_BASE) or "").encode() + python.encode()).hexdigest()[:16]
+    if _label(PYTHON_BASE) != digest:
+        with tempfile.TemporaryDirectory(prefix="clawloop-harbor-base-") as tmp:
+            context = Path(tmp)
+            (context / "Dockerfile").write_text(python + f'LABEL {BASE_LABEL}="{digest}"\n', encoding="utf-8")
+            _build(context, PYTHON_BASE, DEFAULT_BUILD_TIMEOUT_S, cpu_shares, str(PYTHON_BASE_CONTEXT / "Dockerfile"),
+                   build_args={"BASE": DEBIAN_BASE})
 
 
 _PYTHON_IMAGE = re.compile(r"(^|/)python:(\d+\.\d+)?")
 _DEBIAN_IMAGE = re.compile(r"(^|/)(debian|ubuntu|buildpack-deps)(:|$)")
+
+
+# Releases bootstrapped here from their own archives (debootstrap, each
+# Release file checked against the distribution's keyring): the image's tag
+# -> (distribution, suite). Debian bookworm is the imported base itself.
+_RELEASES = {
+    "ubuntu": {"24.04": "noble", "noble": "noble", "latest": "noble", "": "noble", "22.04": "jammy",
+               "jammy": "jammy", "20.04": "focal", "focal": "focal"},
+    "debian": {"11": "bullseye", "bullseye": "bullseye", "13": "trixie", "trixie": "trixie"},
+}
+_ARCHIVES = {
+    "ubuntu": ("http://archive.ubuntu.com/ubuntu", "main restricted universe multiverse",
+               "http://security.ubuntu.com/ubuntu"),
+    "debian": ("http://deb.debian.org/debian", "main", "http://deb.debian.org/debian-security"),
+}
+# Ubuntu's archive keyring (Debian bookworm has no package of it), from
+# Ubuntu's archive, checked against this digest (noble's Packages index).
+UBUNTU_KEYRING = ("pool/main/u/ubuntu-keyring/ubuntu-keyring_2023.11.28.1_all.deb",
+                  "36de43b15853ccae0028e9a767613770c704833f82586f28eb262f0311adb8a8")
+
+
+def release_base(distribution: str, suite: str) -> str:
+    return f"clawloop/harbor-{distribution}:{suite}"
 
 
 def map_base_image(image: str, where: str) -> tuple[str, str | None]:
@@ -158,13 +369,21 @@ def map_base_image(image: str, where: str) -> tuple[str, str | None]:
         version = python.group(2)
         note = None if version == "3.11" else f"Python {version or '(unpinned)'} asked for, Debian bookworm's 3.11 used"
         return PYTHON_BASE, f"{where}: FROM {image} built from {PYTHON_BASE}" + (f" ({note})" if note else "")
+    release = re.search(r"(?:^|/)(ubuntu|debian):?([a-z]+|\d+(?:\.\d+)?)?", name)
+    if release:
+        distribution, tag = release.group(1), release.group(2) or ""
+        tag = tag if distribution == "ubuntu" else tag.split(".")[0]
+        suite = _RELEASES[distribution].get(tag)
+        if suite:
+            local = release_base(distribution, suite)
+            return local, f"{where}: FROM {image} built from {local} ({distribution} {suite}, bootstrapped here)"
     if _DEBIAN_IMAGE.search(name):
         return DEBIAN_BASE, f"{where}: FROM {image} built from {DEBIAN_BASE} (Debian bookworm)"
     raise HarborRunError(f"{where}: base image {image!r} has no local stand-in here "
                          f"(only python:*, debian:* and ubuntu:* map to our Debian bases)")
 
 
-def task_dockerfile(dockerfile: Path, apt_packages: list[str]) -> tuple[str, list[str]]:
+def task_dockerfile(dockerfile: Path, apt_packages: list[str], interpreter: bool = False) -> tuple[str, list[str]]:
     """The task's Dockerfile as built here: each FROM mapped (map_base_image;
     a FROM naming an earlier stage is kept), and test.sh's apt packages
     installed at the end, as root, then the Dockerfile's last USER again."""
@@ -189,41 +408,77 @@ def task_dockerfile(dockerfile: Path, apt_packages: list[str]) -> tuple[str, lis
         if alias:
             stages.add(alias)
         lines[number - 1] = f"FROM {local}" + (f" AS {alias}" if alias else "")
-    if apt_packages:
+    installs = sorted(set(apt_packages) | ({"python3"} if interpreter else set()))
+    if installs:
         lines += ["USER root",
                   "RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
-                  f"{' '.join(apt_packages)} && rm -rf /var/lib/apt/lists/*"]
+                  f"{' '.join(installs)} && rm -rf /var/lib/apt/lists/*"]
         if user:
             lines.append(f"USER {user}")
+    if apt_packages:
         adaptations.append(f"apt packages tests/test.sh installs ({', '.join(apt_packages)}) installed at build time: "
                            "the tests run offline")
+    if interpreter:
+        adaptations.append("python3 installed at build time for tests/test.sh's uv: Harbor's uv downloads its own "
+                           "interpreter, which the tests cannot offline (a no-op where the image has python3)")
     return "\n".join(lines) + "\n", adaptations
 
 
-def build_task_image(task_dir: Path, apt_packages: list[str] = (), cpu_shares: int | None = None) -> tuple[str, list[str]]:
+def build_task_image(task_dir: Path, apt_packages: list[str] = (), cpu_shares: int | None = None,
+                     budget: TaskBudget | None = None, interpreter: bool = False) -> tuple[str, list[str]]:
     """Build `task_dir`'s environment/ into an image (reused when its
     context, its mapped Dockerfile and the base images are unchanged).
-    Returns the tag and the adaptations."""
+    Returns the tag and the adaptations. A task keeps one image: once a
+    build succeeds, the task's images under other tags are removed."""
     task_dir = Path(task_dir)
     context, dockerfile = task_dir / "environment", task_dir / "environment" / "Dockerfile"
     if not dockerfile.is_file():
         raise HarborRunError(f"{dockerfile}: missing; a Harbor run builds the task's image from it")
-    text, adaptations = task_dockerfile(dockerfile, sorted(apt_packages))
-    ensure_base_images(cpu_shares)
+    text, adaptations = task_dockerfile(dockerfile, sorted(apt_packages), interpreter)
+    releases = sorted({m.group(0) for m in re.finditer(r"clawloop/harbor-(?:ubuntu|debian):[a-z]+", text)}
+                      - {DEBIAN_BASE})
+    ensure_base_images(cpu_shares, releases, budget)
     digest = hashlib.sha256(text.encode())
-    for base in (DEBIAN_BASE, PYTHON_BASE):
+    for base in (DEBIAN_BASE, PYTHON_BASE, *releases):
         digest.update((_image_id(base) or "").encode())
     for path in sorted(p for p in context.rglob("*") if p.is_file() and not p.is_symlink()):
         digest.update(str(path.relative_to(context)).encode() + b"\0" + path.read_bytes())
     tag = f"{IMAGE_REPOSITORY}/{_task_id(task_dir.name).lower()}:{digest.hexdigest()[:16]}"
     if _image_id(tag) is None:
         timeout = float(tomllib_get(task_dir / "task.toml", "environment", "build_timeout_sec", DEFAULT_BUILD_TIMEOUT_S))
+        timeout, timeout_text = (budget or TaskBudget(None)).cap(timeout, "the image build")
         with tempfile.TemporaryDirectory(prefix="clawloop-harbor-build-") as tmp:
             build = Path(tmp) / "context"
             shutil.copytree(context, build, symlinks=True)
             (build / "Dockerfile").write_text(text, encoding="utf-8")
-            _build(build, tag, timeout, cpu_shares, str(dockerfile))
+            try:
+                _build(build, tag, timeout, cpu_shares, str(dockerfile), timeout_text)
+            except HarborRunError as exc:
+                # Built on our stand-ins, not the task's own bases: the reason says so.
+                bases = "; ".join(note.split(": ", 1)[1] for note in adaptations if ": FROM " in note)
+                raise HarborRunError(f"{exc} [{bases}]" if bases else str(exc)) from None
+        for older in task_images(tag.split(":")[0]):
+            if older != tag:
+                remove_task_image(older)
     return tag, adaptations
+
+
+def task_images(repository: str = IMAGE_REPOSITORY) -> list[str]:
+    """The tags of the built task images: all of them (`clawloop-harbor/*`)
+    or one task's (`clawloop-harbor/<task>`)."""
+    pattern = f"{repository}/*" if repository == IMAGE_REPOSITORY else repository
+    done = subprocess.run([_docker(), "image", "ls", "--filter", f"reference={pattern}", "--format",
+                           "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True, timeout=CONTAINER_SECONDS)
+    if done.returncode != 0:
+        raise SandboxError(f"listing the images {pattern} failed: {done.stderr.strip()[-300:]}")
+    return sorted(line for line in done.stdout.split() if line.startswith(IMAGE_REPOSITORY + "/"))
+
+
+def remove_task_image(tag: str) -> None:
+    """Remove a built task image (never another repository's)."""
+    if not tag.startswith(IMAGE_REPOSITORY + "/"):
+        raise ValueError(f"{tag!r} is not a task image ({IMAGE_REPOSITORY}/...)")
+    subprocess.run([_docker(), "image", "rm", "--force", tag], capture_output=True, timeout=CONTAINER_SECONDS)
 
 
 def tomllib_get(path: Path, table: str, key: str, default):
@@ -320,11 +575,13 @@ def _image_path(image: str) -> str:
 
 
 def run_harbor_task(task_dir: Path, *, oracle: bool = True, cpu_shares: int | None = None,
-                    toolchain: Toolchain | None = None, oracle_timeout_s: float | None = None) -> HarborRun:
+                    toolchain: Toolchain | None = None, oracle_timeout_s: float | None = None,
+                    budget: TaskBudget | None = None) -> HarborRun:
     """Build the task's image, start a container of it, run the oracle
     (unless `oracle` is False: the untouched environment), then tests/test.sh,
     and read the reward. A task that cannot be built or run here raises
-    HarborRunError; an engine that fails raises SandboxError."""
+    HarborRunError; an engine that fails raises SandboxError. `budget` caps
+    the build, the oracle and the tests together."""
     started = time.monotonic()
     task_dir = Path(task_dir)
     cpu_shares = cpu_shares if cpu_shares is not None else cpu_shares_setting()
@@ -339,8 +596,10 @@ def run_harbor_task(task_dir: Path, *, oracle: bool = True, cpu_shares: int | No
         raise HarborRunError(f"{solve}: missing; there is no oracle to run")
     toolchain = toolchain or load_toolchain()
     test_sh = test_path.read_text(encoding="utf-8")
-    first = _adapt_test_sh(test_sh, test_path, toolchain, None)
-    image, adaptations = build_task_image(task_dir, sorted(first.apt), cpu_shares)
+    first = _adapt_test_sh(test_sh, test_path, toolchain, None, in_image=True)
+    budget = budget or TaskBudget(None)
+    image, adaptations = build_task_image(task_dir, sorted(first.apt), cpu_shares, budget,
+                                          interpreter=first.uses_uv)
     name = f"clawloop-harbor-{uuid.uuid4().hex[:12]}"
     memory = int(config["memory_bytes"])
     with tempfile.TemporaryDirectory(prefix="clawloop-harbor-run-") as tmp:
@@ -355,10 +614,16 @@ def run_harbor_task(task_dir: Path, *, oracle: bool = True, cpu_shares: int | No
                 "--pids-limit", str(HARBOR_MAX_PROCESSES), "--ulimit", "core=0:0",
                 *(["--cpu-shares", str(cpu_shares)] if cpu_shares else []),
                 "-v", f"{logs}:{REWARD_DIR}:rw"]
+        wheels = Path(tmp) / "wheels"
+        wheels.mkdir()
         if first.uses_toolchain:
             if toolchain is None:
                 raise HarborRunError(f"{test_path}: uses uv, and the offline toolchain is not built: run `make setup`")
-            args += ["-v", f"{toolchain.root}:{TOOLCHAIN_MOUNT}:ro"]
+            for wheel in (toolchain.root / "wheels").iterdir():
+                shutil.copyfile(wheel, wheels / wheel.name)
+            os.chmod(wheels, 0o755)
+            # Filled before the tests run (fetched wheels): the mount shows what is added after the start.
+            args += ["-v", f"{toolchain.root}:{TOOLCHAIN_MOUNT}:ro", "-v", f"{wheels}:{IMAGE_WHEELS}:ro"]
         started_container = subprocess.run([*args, "--entrypoint", "sleep", image, "infinity"],
                                            capture_output=True, text=True, timeout=CONTAINER_SECONDS)
         if started_container.returncode != 0:
@@ -367,14 +632,16 @@ def run_harbor_task(task_dir: Path, *, oracle: bool = True, cpu_shares: int | No
             oracle_exit, timed_out = None, False
             if oracle:
                 _copy_in(name, task_dir / "solution", "/solution")
-                timeout = oracle_timeout_s or config["agent_timeout_s"]
+                timeout, timeout_text = budget.cap(oracle_timeout_s or config["agent_timeout_s"], "the oracle")
                 oracle_exit, output = _exec(name, ["bash", "/solution/solve.sh"], timeout)
                 timed_out = oracle_exit is None
             probe, version = _exec(name, ["python3", "-c", "import platform; print(platform.python_version())"], 30.0)
             python = version.strip().splitlines()[-1] if probe == 0 and version.strip() else None
-            script = _adapt_test_sh(test_sh, test_path, toolchain, python)
+            script = _adapt_test_sh(test_sh, test_path, toolchain, python, in_image=True)
             if script.reasons:
                 raise HarborRunError("; ".join(script.reasons))
+            if script.fetch:
+                script.adaptations.append(fetch_wheels(script.fetch, python, wheels, budget))
             with tempfile.TemporaryDirectory(prefix="clawloop-harbor-tests-") as tests_tmp:
                 tests = Path(tests_tmp) / "tests"
                 shutil.copytree(task_dir / "tests", tests, symlinks=True)
@@ -382,21 +649,105 @@ def run_harbor_task(task_dir: Path, *, oracle: bool = True, cpu_shares: int | No
                 _copy_in(name, tests, "/tests")
             env = dict(config["verifier_env"])
             if script.uses_toolchain:
-                env.update(TOOLCHAIN_ENV, PATH=f"{TOOLCHAIN_MOUNT}/bin:{_image_path(image)}")
-            test_exit, test_output = _exec(name, ["bash", "/tests/test.sh"], config["verifier_timeout_s"], env)
+                env.update(TOOLCHAIN_ENV, UV_FIND_LINKS=IMAGE_WHEELS, PATH=f"{TOOLCHAIN_MOUNT}/bin:{_image_path(image)}")
+            test_timeout, test_timeout_text = budget.cap(config["verifier_timeout_s"], "tests/test.sh")
+            test_exit, test_output = _exec(name, ["bash", "/tests/test.sh"], test_timeout, env)
             reward, detail, named = read_reward(logs)
             last = (test_output.strip().splitlines() or ["no output"])[-1][:200]
             if test_exit is None:
-                reward, detail = None, f"tests/test.sh did not finish within {config['verifier_timeout_s']:g} s"
+                reward, detail = None, f"tests/test.sh did not finish within {test_timeout_text}"
             detail += f"; test.sh exited with {test_exit} (last output: {last})"
             if timed_out:
-                detail = f"the oracle did not finish within {timeout:g} s; " + detail
+                detail = f"the oracle did not finish within {timeout_text}; " + detail
             elif oracle and oracle_exit != 0:
                 detail = f"the oracle exited with {oracle_exit} (last output: {output.strip()[-200:]}); " + detail
         finally:
             subprocess.run([_docker(), "rm", "-f", name], capture_output=True, timeout=CONTAINER_SECONDS)
     return HarborRun(task_dir, image, oracle, reward, detail, named, oracle_exit, timed_out, test_exit,
                      tuple(adaptations + script.adaptations), time.monotonic() - started)
+
+
+# Wheels a Linux x86-64 image can install: pip's manylinux tags from the
+# oldest glibc of our stand-in bases (2.31: Debian bullseye, Ubuntu focal) down.
+_WHEEL_PLATFORMS = ("manylinux_2_31_x86_64", "manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64",
+                    "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64")
+WHEEL_FETCH_SECONDS = 600.0
+_FETCHED: dict[tuple, Path] = {}
+_FETCH_LOCK = threading.Lock()
+
+
+def fetch_wheels(requirements: dict[str, str], python: str | None, dest: Path, budget: TaskBudget) -> str:
+    """Download, on the host, the wheels (with their dependencies) of the
+    test.sh requirements the offline wheelhouse lacks, for the image's
+    Python, into `dest` (the tests' wheelhouse): as Harbor's uvx fetches
+    them at test time, but before the tests, which stay offline. Wheels
+    only (`--only-binary=:all:`): nothing is built or run. Reused within
+    this process for the same requirements and Python. Returns the
+    adaptation; a requirement with no such wheel raises HarborRunError."""
+    where = "; ".join(sorted(set(requirements.values())))
+    if not python:
+        raise HarborRunError(f"{where}: needs {', '.join(requirements)}, and the task's image has no python3 to "
+                             "fetch their wheels for")
+    version = ".".join(python.split(".")[:2])
+    key = (tuple(sorted(requirements)), version)
+    with _FETCH_LOCK:
+        cached = _FETCHED.get(key)
+    if cached is None:
+        cached = Path(tempfile.mkdtemp(prefix="clawloop-harbor-wheels-"))
+        atexit.register(shutil.rmtree, cached, True)
+        timeout, timeout_text = budget.cap(WHEEL_FETCH_SECONDS, "fetching test.sh's wheels")
+        args = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--dest", str(cached),
+                "--python-version", version, "--implementation", "cp",
+                *[f"--platform={platform}" for platform in _WHEEL_PLATFORMS], *sorted(requirements)]
+        try:
+            done = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise HarborRunError(f"{where}: fetching the wheels of {', '.join(sorted(requirements))} from PyPI did "
+                                 f"not finish within {timeout_text}") from None
+        if done.returncode != 0:
+            said = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("ERROR")]
+            raise HarborRunError(f"{where}: PyPI has no wheel of {', '.join(sorted(requirements))} (with its "
+                                 f"dependencies) for Python {version} on Linux x86-64: "
+                                 f"{' '.join(said)[-400:] or 'pip download failed'}")
+        with _FETCH_LOCK:
+            _FETCHED[key] = cached
+    for wheel in cached.iterdir():
+        if not (dest / wheel.name).exists():
+            shutil.copyfile(wheel, dest / wheel.name)
+    return (f"{where}: {', '.join(sorted(requirements))} (not in the offline wheelhouse) fetched from PyPI for "
+            f"Python {version} before the tests, which run offline")
+
+
+def network_line(script: Path) -> str | None:
+    """'<script>:<line>: `<the line>` needs the network' for the first line
+    of `script` that fetches (task_format's rule), else None."""
+    if not script.is_file():
+        return None
+    for number, line in enumerate(script.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if not line.lstrip().startswith("#") and _NETWORK_USE.search(line):
+            return f"{script}:{number}: `{line.strip()[:120]}` needs the network"
+    return None
+
+
+def prune_task_images(keep: list[Path], repository: str = IMAGE_REPOSITORY) -> tuple[list[str], list[str]]:
+    """The prune policy of built task images: an image is kept while an
+    import destination in `keep` lists its task as validated in it (the
+    manifest's image_only rows); every other `clawloop-harbor/*` image is
+    removed (a task that did not validate has none already; this clears
+    those of throwaway imports, old runs and `clawloop harbor-run`).
+    Returns (removed, kept) tags. `repository` narrows it to one task's
+    images (`clawloop-harbor/<task>`)."""
+    from clawloop_assets.harbor.task_format import read_import_manifest
+
+    wanted = {row.get("image") for directory in keep for row in read_import_manifest(Path(directory)).get("image_only", [])}
+    removed, kept = [], []
+    for tag in task_images(repository):
+        if tag in wanted:
+            kept.append(tag)
+        else:
+            remove_task_image(tag)
+            removed.append(tag)
+    return removed, kept
 
 
 def _copy_in(container: str, source: Path, target: str) -> None:
@@ -413,15 +764,23 @@ def _copy_in(container: str, source: Path, target: str) -> None:
         raise SandboxError(f"copying {source} into the container failed: {done.stderr.strip()[-300:]}")
 
 
-def validate_the_harbor_way(task_dir: Path, *, cpu_shares: int | None = None,
-                            oracle_timeout_s: float | None = None) -> tuple[str | None, HarborRun, HarborRun | None]:
+def validate_the_harbor_way(task_dir: Path, *, cpu_shares: int | None = None, oracle_timeout_s: float | None = None,
+                            budget_s: float | None = None) -> tuple[str | None, HarborRun, HarborRun | None]:
     """The oracle must score 1 and the untouched environment 0, each run the
     Harbor way. (None, oracle run, untouched run) when they do, else (the
-    reason, ...)."""
-    solved = run_harbor_task(task_dir, cpu_shares=cpu_shares, oracle_timeout_s=oracle_timeout_s)
+    reason, ...). `budget_s` caps both runs together (TaskBudget)."""
+    budget = TaskBudget(budget_s)
+    solved = run_harbor_task(task_dir, cpu_shares=cpu_shares, oracle_timeout_s=oracle_timeout_s, budget=budget)
     if solved.reward != 1.0:
-        return f"{task_dir / 'tests' / 'test.sh'}: the oracle's run does not pass: {solved.detail}", solved, None
-    untouched = run_harbor_task(task_dir, oracle=False, cpu_shares=cpu_shares)
+        reason = f"{task_dir / 'tests' / 'test.sh'}: the oracle's run does not pass: {solved.detail}"
+        if solved.oracle_exit not in (0, None):
+            offline = network_line(task_dir / "solution" / "solve.sh")
+            if offline:
+                # The containers have no network: that line is the likely cause.
+                reason = f"{offline}, which the task's container does not have (the oracle exited with " \
+                         f"{solved.oracle_exit}); " + reason
+        return reason, solved, None
+    untouched = run_harbor_task(task_dir, oracle=False, cpu_shares=cpu_shares, budget=budget)
     # As the bundle wrapper scores it: no valid reward on the untouched
     # environment is a failure of the tests, which is what they must do.
     if untouched.reward == 1.0:
@@ -429,5 +788,5 @@ def validate_the_harbor_way(task_dir: Path, *, cpu_shares: int | None = None,
     return None, solved, untouched
 
 
-__all__ = ["HarborRun", "HarborRunError", "build_task_image", "map_base_image", "read_reward", "run_harbor_task",
-           "validate_the_harbor_way"]
+__all__ = ["HarborRun", "HarborRunError", "TaskBudget", "build_task_image", "map_base_image", "network_line",
+           "prune_task_images", "read_reward", "remove_task_image", "run_harbor_task", "task_images", "validate_the_harbor_way"]

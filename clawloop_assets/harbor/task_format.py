@@ -166,11 +166,21 @@ class ImportResult:
     bundle_dir: Path | None  # None when not runnable: no bundle is written
     reasons: tuple[str, ...] = ()  # why not runnable (empty for a runnable one)
     adaptations: tuple[str, ...] = ()  # what differs from the task's own environment, each with its file
+    # Set when the task validates only in its own image on Docker (its
+    # Dockerfile built, the Harbor way): the tag. It is then not runnable by
+    # our agent (`reasons` say why not in our sandbox) and has no bundle.
+    image: str | None = None
+    sandbox: str | None = None  # the backend it was validated on: "bubblewrap" or "docker"
+
+    @property
+    def validated(self) -> bool:
+        """Its oracle passes and its untouched environment fails here, in our sandbox or in its own image."""
+        return self.runnable or self.image is not None
 
     def as_row(self) -> dict:
         return {"task_id": self.task_id, "source": str(self.source), "runnable": self.runnable,
                 "bundle_dir": str(self.bundle_dir) if self.bundle_dir else None, "reasons": list(self.reasons),
-                "adaptations": list(self.adaptations)}
+                "adaptations": list(self.adaptations), "image": self.image, "sandbox": self.sandbox}
 
 
 @dataclass
@@ -195,15 +205,96 @@ class _Environment:
 
 
 def import_harbor_task(src_dir: Path, dest_root: Path, sandbox: Sandbox | None = None, *,
-                       oracle_timeout_s: float | None = None, toolchain: Toolchain | None = None) -> ImportResult:
+                       oracle_timeout_s: float | None = None, toolchain: Toolchain | None = None,
+                       task_budget_s: float | None = None) -> ImportResult:
     """Import one Harbor task into `dest_root/<task_id>/` as our bundle, or
     say why it does not run here. A task counts as imported only once it
     has run here: its oracle passes its tests and its untouched workspace
     fails them (`validate_harbor_bundle`); `oracle_timeout_s` caps the
     oracle's wall time (default: the task's agent timeout, at most
-    DEFAULT_ORACLE_TIMEOUT_S). Raises HarborTaskError for a malformed task."""
+    DEFAULT_ORACLE_TIMEOUT_S). Raises HarborTaskError for a malformed task.
+
+    On the Docker backend, a task that does not validate in our sandbox is
+    then validated in its own image, the Harbor way (docker_run: its
+    Dockerfile built, solve.sh and test.sh run in a container of it, within
+    `task_budget_s` for the whole of it). One that passes there is listed
+    as validated only in its image (`ImportResult.image`), with no bundle:
+    our agent's episodes do not run in task images, so the evaluation set
+    cannot run it and does not load it."""
     src = Path(src_dir)
     sandbox = sandbox or BubblewrapSandbox()
+    result = _import_into_sandbox(src, Path(dest_root), sandbox, oracle_timeout_s, toolchain or load_toolchain())
+    backend = _backend_name(sandbox)
+    result = _with_sandbox(result, backend)
+    if result.runnable or backend != "docker" or _config_refusal(src):
+        return result
+    return _validate_in_task_image(result, src, sandbox, oracle_timeout_s, task_budget_s)
+
+
+def _backend_name(sandbox: Sandbox) -> str:
+    from resources.sandbox import DockerSandbox
+
+    return "docker" if isinstance(sandbox, DockerSandbox) else "bubblewrap"
+
+
+def _with_sandbox(result: ImportResult, backend: str) -> ImportResult:
+    from dataclasses import replace
+
+    return replace(result, sandbox=backend)
+
+
+def _config_refusal(src: Path) -> bool:
+    """Whether task.toml alone rules the task out (GPUs, more memory than
+    this machine has): no image changes that."""
+    return bool(_read_task_toml(src / "task.toml")["reasons"])
+
+
+def _validate_in_task_image(result: ImportResult, src: Path, sandbox: Sandbox, oracle_timeout_s: float | None,
+                            task_budget_s: float | None) -> ImportResult:
+    """`result` (not runnable in our sandbox) judged again in the task's own
+    image. Validated there: the image's tag, our sandbox's reasons kept to
+    say why the agent cannot run it. Not: the image path's reason first."""
+    from dataclasses import replace
+
+    from clawloop_assets.harbor.docker_run import (
+        IMAGE_REPOSITORY,
+        HarborRunError,
+        remove_task_image,
+        task_images,
+        validate_the_harbor_way,
+    )
+
+    def remove_images() -> None:
+        # A task that does not validate keeps no image (docker_run keeps one per task, reused while unchanged).
+        for tag in task_images(f"{IMAGE_REPOSITORY}/{result.task_id}"):
+            remove_task_image(tag)
+
+    config = _read_task_toml(src / "task.toml")
+    timeout = oracle_timeout_s or min(config["agent_timeout_s"], DEFAULT_ORACLE_TIMEOUT_S)
+    tests = src / "tests" / "test.sh"
+    try:
+        failure, solved, untouched = validate_the_harbor_way(src, cpu_shares=getattr(sandbox, "cpu_shares", None),
+                                                              oracle_timeout_s=timeout, budget_s=task_budget_s)
+    except HarborRunError as exc:
+        remove_images()  # built, then refused (test.sh, the budget), or not built at all
+        return replace(result, reasons=(f"in its own image: {exc}", *result.reasons))
+    except SandboxError as exc:  # the engine's failure, not the task's
+        return replace(result, reasons=(f"in its own image: not validated: the Docker engine failed: {exc}",
+                                        *result.reasons))
+    if failure is not None:
+        remove_images()
+        return replace(result, reasons=(f"in its own image: {failure}", *result.reasons))
+    note = (f"{tests}: validates only in its own image {solved.image} on Docker (oracle 1, untouched "
+            f"{'no reward' if untouched.reward is None else f'{untouched.reward:g}'}); our agent's episodes do "
+            "not run in task images, so the evaluation set does not load it")
+    return replace(result, image=solved.image, reasons=(note, *result.reasons),
+                   adaptations=tuple(solved.adaptations))
+
+
+def _import_into_sandbox(src: Path, dest_root: Path, sandbox: Sandbox, oracle_timeout_s: float | None,
+                         toolchain: Toolchain | None) -> ImportResult:
+    """The task read into our sandbox (the host-tools path): its Dockerfile
+    replayed, not built; runnable once its oracle passes there."""
     toolchain = toolchain or load_toolchain()
     task_id = _task_id(src.name)
     _check_tree(src)
@@ -279,16 +370,23 @@ def _made(directory: Path) -> Path:
 
 def import_harbor_directory(src: Path, dest_root: Path, sandbox: Sandbox | None = None, *,
                             oracle_timeout_s: float | None = None, deadline: float | None = None,
+                            task_budget_s: float | None = None, jobs: int = 1,
                             log=lambda result: None) -> tuple[list[ImportResult], Path]:
     """Import `src` (one task, or a directory of tasks) into `dest_root`;
     every task is listed, a malformed one as not runnable with its error.
     `deadline` (time.monotonic()) stops starting new tasks: those left are
-    listed as not imported, with that reason. Returns the results and the
-    manifest written (atomically) beside the bundles; an earlier import's
-    entries for other tasks whose bundles are still there are kept."""
+    listed as not imported, with that reason; `task_budget_s` caps each
+    task's validation in its own image (import_harbor_task); `jobs` tasks
+    are imported at once. Returns the results, in the order of the tasks,
+    and the manifest written (atomically) beside the bundles; an earlier
+    import's entries for other tasks whose bundles are still there are kept."""
+    from concurrent.futures import ThreadPoolExecutor
+
     src, dest_root = Path(src), Path(dest_root)
     if not src.is_dir():
         raise HarborTaskError(f"{src}: not a directory")
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1, got {jobs}")
     if (src / "task.toml").exists() or (src / "instruction.md").exists():
         task_dirs = [src]
     else:
@@ -296,39 +394,52 @@ def import_harbor_directory(src: Path, dest_root: Path, sandbox: Sandbox | None 
         if not task_dirs:
             raise HarborTaskError(f"{src}: neither a Harbor task (no task.toml) nor a directory of tasks")
     toolchain = load_toolchain()
-    results, seen = [], {}
-    for task_dir in task_dirs:
+    backend = _backend_name(sandbox) if sandbox is not None else "bubblewrap"
+    seen: dict[str, Path] = {}
+
+    def one(task_dir: Path) -> ImportResult:
         try:
             task_id = _task_id(task_dir.name)
         except HarborTaskError as exc:
-            results.append(ImportResult(task_dir.name, task_dir, False, None, (f"malformed: {exc}",)))
-            log(results[-1])
-            continue
-        if task_id in seen:
-            result = ImportResult(task_id, task_dir, False, None,
-                                  (f"{task_dir}: its task id {task_id!r} is also {seen[task_id]}'s",))
-        elif deadline is not None and time.monotonic() > deadline:
-            result = ImportResult(task_id, task_dir, False, None, ("not tried: the import's time budget ran out",))
+            result = ImportResult(task_dir.name, task_dir, False, None, (f"malformed: {exc}",), sandbox=backend)
         else:
-            seen[task_id] = task_dir
-            try:
-                result = import_harbor_task(task_dir, dest_root, sandbox, oracle_timeout_s=oracle_timeout_s,
-                                            toolchain=toolchain)
-            except (HarborTaskError, TaskBundleError) as exc:
-                result = ImportResult(task_id, task_dir, False, None, (f"malformed: {exc}",))
-            except SandboxError as exc:  # the harness's failure: the task is not judged
-                result = ImportResult(task_id, task_dir, False, None, (f"not validated: the sandbox failed: {exc}",))
-        results.append(result)
+            if seen.get(task_id) != task_dir:
+                result = ImportResult(task_id, task_dir, False, None,
+                                      (f"{task_dir}: its task id {task_id!r} is also {seen[task_id]}'s",), sandbox=backend)
+            elif deadline is not None and time.monotonic() > deadline:
+                result = ImportResult(task_id, task_dir, False, None, ("not tried: the import's time budget ran out",),
+                                      sandbox=backend)
+            else:
+                try:
+                    result = import_harbor_task(task_dir, dest_root, sandbox, oracle_timeout_s=oracle_timeout_s,
+                                                toolchain=toolchain, task_budget_s=task_budget_s)
+                except (HarborTaskError, TaskBundleError) as exc:
+                    result = ImportResult(task_id, task_dir, False, None, (f"malformed: {exc}",), sandbox=backend)
+                except SandboxError as exc:  # the harness's failure: the task is not judged
+                    result = ImportResult(task_id, task_dir, False, None,
+                                          (f"not validated: the sandbox failed: {exc}",), sandbox=backend)
         log(result)
+        return result
+
+    for task_dir in task_dirs:  # the first directory of a task id is the one imported
+        try:
+            seen.setdefault(_task_id(task_dir.name), task_dir)
+        except HarborTaskError:
+            pass
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        results = list(pool.map(one, task_dirs))
     dest_root.mkdir(parents=True, exist_ok=True)
     path = dest_root / MANIFEST_NAME
     earlier = read_import_manifest(dest_root)
     ours = {r.task_id for r in results}
     kept = [row for row in earlier.get("runnable", []) if row["task_id"] not in ours and (dest_root / row["task_id"]).is_dir()]
+    kept_images = [row for row in earlier.get("image_only", []) if row["task_id"] not in ours]
     manifest = {
         "source": str(src), "imported_at": time.time(),
         "runnable": kept + [dict(r.as_row(), sha256=bundle_digest(r.bundle_dir)) for r in results if r.runnable],
-        "not_runnable": [r.as_row() for r in results if not r.runnable],
+        # Validated only in their own image on Docker: no bundle; the evaluation set does not load them.
+        "image_only": kept_images + [r.as_row() for r in results if r.image is not None],
+        "not_runnable": [r.as_row() for r in results if not r.validated],
     }
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
@@ -349,13 +460,16 @@ def read_import_manifest(dest_root: Path) -> dict:
 
 def render_import_table(results: list[ImportResult]) -> str:
     lines = [f"{'task':<32} {'status':<13} reason"]
-    for r in sorted(results, key=lambda r: (not r.runnable, r.task_id)):
-        status = "runnable" if r.runnable else "NOT RUNNABLE"
+    for r in sorted(results, key=lambda r: (not r.runnable, r.image is None, r.task_id)):
+        status = "runnable" if r.runnable else "IMAGE ONLY" if r.image else "NOT RUNNABLE"
         reasons = list(r.reasons) or [f"{r.bundle_dir} (validated: oracle passes, untouched fails)"]
         lines.append(f"{r.task_id:<32} {status:<13} {reasons[0]}")
         lines += [f"{'':<46} {reason}" for reason in reasons[1:]]
-    runnable = sum(r.runnable for r in results)
-    lines.append(f"{runnable} runnable (imported and validated), {len(results) - runnable} not runnable here")
+    runnable, image_only = sum(r.runnable for r in results), sum(r.image is not None for r in results)
+    lines.append(f"{runnable} runnable (imported and validated), "
+                 + (f"{image_only} validated only in their own image on Docker (not loaded for evaluation), "
+                    if image_only else "")
+                 + f"{len(results) - runnable - image_only} not runnable here")
     return "\n".join(lines) + "\n"
 
 
@@ -844,6 +958,9 @@ class _Script:
 
     text: str
     uses_toolchain: bool = False
+    uses_uv: bool = False  # uv or uvx: they need an interpreter (-p), which offline they cannot download
+    # In a task's image: requirements outside the wheelhouse, to fetch from PyPI before the tests (requirement -> line).
+    fetch: dict[str, str] = field(default_factory=dict)
     adaptations: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
     apt: dict[str, str] = field(default_factory=dict)  # apt package -> the line asking for it
@@ -866,7 +983,22 @@ _UV_ENV_FILE = re.compile(r"^(source|\.)\s+(\"?\$(HOME|\{HOME\})\"?|~)/\.(local/
 _UV_PYTHON = re.compile(r"(?<![\w-])(-p|--python)(\s+|=)(\d+\.\d+)(?![\w.])")
 
 
-def _adapt_test_sh(text: str, path: Path, toolchain: Toolchain | None, python: str | None) -> _Script:
+_PIP_INSTALL = re.compile(r"(?<![\w-])(pip3?|python3?\s+-m\s+pip)\s+install(?![\w-])")
+
+
+IMAGE_WHEELS = "/harbor-wheels"  # a task image's tests: the wheelhouse plus what was fetched for them
+
+
+def _adapt_test_sh(text: str, path: Path, toolchain: Toolchain | None, python: str | None,
+                   in_image: bool = False) -> _Script:
+    """`in_image`: the tests run in the task's own image (docker_run),
+    whose root filesystem pip can write and whose wheelhouse the harness
+    fills before the tests: a `pip install` line installs, `--no-index`,
+    from IMAGE_WHEELS, and a uv, uvx or pip requirement outside the
+    offline wheelhouse is to be fetched (`_Script.fetch`) rather than a
+    reason. In our sandbox (a read-only system Python, the wheelhouse as
+    built) such a pip line needs the network and such a requirement is
+    not runnable."""
     script = _Script(text)
     out, lines, index = [], text.splitlines(), 0
     have = ".".join(python.split(".")[:2]) if python else None
@@ -908,7 +1040,10 @@ def _adapt_test_sh(text: str, path: Path, toolchain: Toolchain | None, python: s
                 kinds.append("noop")
             elif words[0] in ("uv", "uvx"):
                 kinds.append("uv")
-                _uv_needs(script, words, where, toolchain)
+                _uv_needs(script, words, where, toolchain, fetch=in_image)
+            elif in_image and _pip_install_words(words) is not None:
+                kinds.append("pip")
+                _pip_needs(script, _pip_install_words(words), where, toolchain)
             else:
                 kinds.append("other")
         if segments is not None and kinds and all(k == "noop" for k in kinds):
@@ -921,6 +1056,12 @@ def _adapt_test_sh(text: str, path: Path, toolchain: Toolchain | None, python: s
             else:
                 script.adaptations.append(f"{where}: `{logical[:100]}` not run: offline, and what it installs is in our sandbox")
             out.append(f"true  # clawloop offline: {logical}")
+            out += [""] * (len(physical) - 1)  # line numbers kept
+            continue
+        if "pip" in kinds and set(kinds) <= {"pip", "noop"} and not installer:
+            rewritten = _PIP_INSTALL.sub(lambda m: f"{m.group(0)} --no-index --find-links {IMAGE_WHEELS}", logical)
+            script.adaptations.append(f"{where}: `{logical[:100]}` installs from the tests' offline wheelhouse")
+            out.append(rewritten)
             out += [""] * (len(physical) - 1)  # line numbers kept
             continue
         if "noop" in kinds or installer:
@@ -941,9 +1082,45 @@ def _adapt_test_sh(text: str, path: Path, toolchain: Toolchain | None, python: s
     return script
 
 
-def _uv_needs(script: _Script, words: list[str], where: str, toolchain: Toolchain | None) -> None:
-    """What a uv or uvx command needs from the wheelhouse."""
+def _pip_install_words(words: list[str]) -> list[str] | None:
+    """The arguments after `install` of a pip install command (pip, pip3,
+    python -m pip), else None."""
+    if words[:1] in (["pip"], ["pip3"]) and words[1:2] == ["install"]:
+        return words[2:]
+    if words[:1] in (["python"], ["python3"]) and words[1:4] == ["-m", "pip", "install"]:
+        return words[4:]
+    return None
+
+
+# pip options that take no value and change nothing about what is installed offline.
+_PIP_PLAIN_FLAGS = {"--break-system-packages", "-q", "--quiet", "-U", "--upgrade", "--no-cache-dir",
+                    "--disable-pip-version-check", "--root-user-action=ignore", "--no-warn-script-location"}
+
+
+def _pip_needs(script: _Script, arguments: list[str], where: str, toolchain: Toolchain | None) -> None:
+    """What a pip install needs from the wheelhouse: each requirement there."""
     script.uses_toolchain = True
+    if toolchain is None:
+        script.reasons.append(f"{where}: `pip install {shlex.join(arguments)[:100]}` needs the offline wheelhouse, "
+                              "which is not built here: run `make setup`")
+        return
+    for word in arguments:
+        if word.startswith("-"):
+            if word not in _PIP_PLAIN_FLAGS:
+                script.reasons.append(f"{where}: pip install option {word!r} is not one we can run offline; "
+                                      "the line needs the network")
+            continue
+        name = _distribution_name(word)
+        pinned = re.search(r"==\s*([A-Za-z0-9.+!-]+)$", word)
+        if name is None:
+            script.reasons.append(f"{where}: pip requirement {word!r} is not a package name; it needs the network")
+        elif not toolchain.has(name, pinned.group(1) if pinned else None):
+            script.fetch.setdefault(word, where)
+
+
+def _uv_needs(script: _Script, words: list[str], where: str, toolchain: Toolchain | None, fetch: bool = False) -> None:
+    """What a uv or uvx command needs from the wheelhouse."""
+    script.uses_toolchain = script.uses_uv = True
     if toolchain is None:
         script.reasons.append(f"{where}: `{shlex.join(words)[:100]}` needs uv and its wheelhouse, which are not "
                               f"built here: run `make setup`")
@@ -969,6 +1146,8 @@ def _uv_needs(script: _Script, words: list[str], where: str, toolchain: Toolchai
         pinned = re.search(r"==\s*([A-Za-z0-9.+!-]+)$", requirement)
         if name is None:
             script.reasons.append(f"{where}: uv requirement {requirement!r} is not a package name; it needs the network")
+        elif fetch and not toolchain.has(name, pinned.group(1) if pinned else None):
+            script.fetch.setdefault(requirement, where)
         elif not toolchain.has(name, pinned.group(1) if pinned else None):
             have = toolchain.wheels.get(name)
             script.reasons.append(f"{where}: uv requirement {requirement!r} is not in the offline wheelhouse"
