@@ -57,9 +57,7 @@ def measure(checkpoint=None) -> dict[str, float]:
     torch.set_num_threads(2)
     model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32, use_safetensors=True).eval()
     padded = pad_batch(realistic_batch(AutoTokenizer.from_pretrained(checkpoint), model.config.vocab_size))
-    keep = torch.zeros(padded.input_ids.shape, dtype=torch.bool)
-    keep[:, :-1] = padded.target_action_mask > 0
-    shared = policy_gradient.shared_prefix_length(padded.input_ids, padded.attention_mask, keep)
+    shared = policy_gradient.shared_prefix_length(padded.input_ids, padded.attention_mask, padded.target_action_mask)
     rows, width = padded.input_ids.shape
 
     def step(share: bool) -> tuple[float, torch.Tensor]:

@@ -342,7 +342,6 @@ def test_harness_throughput_refuses_an_episode_that_did_not_score_1(base_checkpo
 def test_shared_prefix_batch_opens_every_row_with_the_agents_real_opening(base_checkpoint_dir):
     """The premise of the shared-prefix benchmark: rows of different tasks
     share the system prompt and worked examples, through the real template."""
-    import torch
     from transformers import AutoTokenizer
 
     from benchmarks import shared_prefix
@@ -353,9 +352,7 @@ def test_shared_prefix_batch_opens_every_row_with_the_agents_real_opening(base_c
     tokenizer = AutoTokenizer.from_pretrained(base_checkpoint_dir)
     rows = shared_prefix.realistic_batch(tokenizer, tokenizer.vocab_size)
     padded = pad_batch(rows)
-    keep = torch.zeros(padded.input_ids.shape, dtype=torch.bool)
-    keep[:, :-1] = padded.target_action_mask > 0
-    shared = shared_prefix_length(padded.input_ids, padded.attention_mask, keep)
+    shared = shared_prefix_length(padded.input_ids, padded.attention_mask, padded.target_action_mask)
     assert shared >= MIN_SHARED_PREFIX_TOKENS
     assert SYSTEM_PROMPT in tokenizer.decode(rows[0].token_ids[:shared])
     assert len({tuple(row.token_ids[shared:]) for row in rows}) == len(rows)  # each row its own task

@@ -82,9 +82,7 @@ def test_token_logprobs_share_a_common_prefix_exactly(base_checkpoint):
         return logprobs.detach(), [p.grad.clone() for p in model.parameters()]
 
     padded = pad_batch(rows)
-    keep = torch.zeros(padded.input_ids.shape, dtype=torch.bool)
-    keep[:, :-1] = padded.target_action_mask > 0
-    assert shared_prefix_length(padded.input_ids, padded.attention_mask, keep) == len(prefix)
+    assert shared_prefix_length(padded.input_ids, padded.attention_mask, padded.target_action_mask) == len(prefix)
     batched, batched_grads = loss_and_grads(rows)
     alone_grads = None
     for row, trajectory in enumerate(rows):  # one row: no second row to share with, the plain forward

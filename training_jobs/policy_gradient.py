@@ -76,7 +76,7 @@ def token_logprobs(
     batch, length = input_ids.shape
     keep = torch.zeros((batch, length), dtype=torch.bool, device=input_ids.device)
     keep[:, :-1] = target_mask > 0
-    shared = shared_prefix_length(input_ids, attention_mask, keep)
+    shared = shared_prefix_length(input_ids, attention_mask, target_mask)
     if batch > 1 and shared >= MIN_SHARED_PREFIX_TOKENS and not getattr(model, "is_activation_checkpointing", False):
         cache = DynamicCache(config=model.config)
         model(input_ids=input_ids[:1, :shared], cache=cache, use_cache=True, logits_to_keep=1)
@@ -96,22 +96,22 @@ def token_logprobs(
     return torch.zeros((batch, length - 1), dtype=picked.dtype, device=picked.device).masked_scatter(keep[:, :-1], picked)
 
 
-def shared_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor, keep: torch.Tensor) -> int:
+def shared_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor, target_mask: torch.Tensor) -> int:
     """How many leading tokens every row has in common and needs no logits
     for: the common prefix of the rows' real tokens, cut at the first position
-    of any row that `keep` marks.
+    whose logits any row's `target_mask` [B, T-1] asks for.
 
     >>> ids = torch.tensor([[5, 6, 7, 8], [5, 6, 9, 0]])
-    >>> shared_prefix_length(ids, torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]]), torch.zeros(2, 4, dtype=torch.bool))
+    >>> shared_prefix_length(ids, torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]]), torch.zeros(2, 3))
     2
-    >>> keep = torch.tensor([[False, True, False, False], [False, False, True, False]])
-    >>> shared_prefix_length(ids, torch.ones(2, 4, dtype=torch.long), keep)
+    >>> targets = torch.tensor([[0, 1, 0], [0, 0, 1]])
+    >>> shared_prefix_length(ids, torch.ones(2, 4, dtype=torch.long), targets)
     1
     """
     same = ((input_ids == input_ids[:1]) & (attention_mask > 0)).all(0)
     common = int(same.long().cumprod(0).sum())
-    kept = keep.any(0).nonzero()
-    return min(common, int(kept[0])) if len(kept) else common
+    targeted = (target_mask > 0).any(0).nonzero()
+    return min(common, int(targeted[0])) if len(targeted) else common
 
 
 @dataclass(frozen=True)
