@@ -255,6 +255,20 @@ def ensure_base_images(cpu_shares: int | None = None, releases: list[str] = (),
                 _bootstrap_release(release, cpu_shares, budget or TaskBudget(None))
 
 
+def _build_generated(dockerfile: str, cas: list[Path], tag: str, timeout_s: float, cpu_shares: int | None, what: str,
+                     timeout_text: str | None = None, build_args: dict[str, str] | None = None) -> None:
+    """`_build` of `dockerfile` (its text) in a throwaway context that holds
+    only it and the host's extra CA certificates `cas`, under ca/."""
+    with tempfile.TemporaryDirectory(prefix="clawloop-harbor-base-") as tmp:
+        context = Path(tmp)
+        if cas:
+            (context / "ca").mkdir()
+            for ca in cas:
+                shutil.copyfile(ca, context / "ca" / ca.name)
+        (context / "Dockerfile").write_text(dockerfile, encoding="utf-8")
+        _build(context, tag, timeout_s, cpu_shares, what, timeout_text, build_args)
+
+
 def _bootstrap_release(tag: str, cpu_shares: int | None, budget: TaskBudget) -> None:
     """A distribution release as a base image, as its official image is
     made: debootstrap (minbase) from its archive, run from our Debian base,
@@ -292,14 +306,8 @@ def _bootstrap_release(tag: str, cpu_shares: int | None, budget: TaskBudget) -> 
         'CMD ["bash"]',
     ]) + "\n"
     timeout, timeout_text = budget.cap(DEFAULT_BUILD_TIMEOUT_S, f"the base image {tag}")
-    with tempfile.TemporaryDirectory(prefix="clawloop-harbor-base-") as tmp:
-        context = Path(tmp)
-        if cas:
-            (context / "ca").mkdir()
-            for ca in cas:
-                shutil.copyfile(ca, context / "ca" / ca.name)
-        (context / "Dockerfile").write_text(dockerfile, encoding="utf-8")
-        _build(context, tag, timeout, cpu_shares, f"the base image {tag} (bootstrapped from {mirror})", timeout_text)
+    _build_generated(dockerfile, cas, tag, timeout, cpu_shares, f"the base image {tag} (bootstrapped from {mirror})",
+                     timeout_text)
 
 
 def _ensure_base_images(cpu_shares: int | None) -> None:
@@ -316,22 +324,13 @@ def _ensure_base_images(cpu_shares: int | None) -> None:
     ]) + "\n"
     digest = hashlib.sha256(imported.encode() + debian.encode() + b"".join(ca.read_bytes() for ca in cas)).hexdigest()[:16]
     if _label(DEBIAN_BASE) != digest:
-        with tempfile.TemporaryDirectory(prefix="clawloop-harbor-base-") as tmp:
-            context = Path(tmp)
-            if cas:
-                (context / "ca").mkdir()
-                for ca in cas:
-                    shutil.copyfile(ca, context / "ca" / ca.name)
-            (context / "Dockerfile").write_text(debian + f'LABEL {BASE_LABEL}="{digest}"\n', encoding="utf-8")
-            _build(context, DEBIAN_BASE, DEFAULT_BUILD_TIMEOUT_S, cpu_shares, f"the base image {DEBIAN_BASE}")
+        _build_generated(debian + f'LABEL {BASE_LABEL}="{digest}"\n', cas, DEBIAN_BASE, DEFAULT_BUILD_TIMEOUT_S,
+                         cpu_shares, f"the base image {DEBIAN_BASE}")
     python = (PYTHON_BASE_CONTEXT / "Dockerfile").read_text(encoding="utf-8")
     digest = hashlib.sha256((_image_id(DEBIAN_BASE) or "").encode() + python.encode()).hexdigest()[:16]
     if _label(PYTHON_BASE) != digest:
-        with tempfile.TemporaryDirectory(prefix="clawloop-harbor-base-") as tmp:
-            context = Path(tmp)
-            (context / "Dockerfile").write_text(python + f'LABEL {BASE_LABEL}="{digest}"\n', encoding="utf-8")
-            _build(context, PYTHON_BASE, DEFAULT_BUILD_TIMEOUT_S, cpu_shares, str(PYTHON_BASE_CONTEXT / "Dockerfile"),
-                   build_args={"BASE": DEBIAN_BASE})
+        _build_generated(python + f'LABEL {BASE_LABEL}="{digest}"\n', [], PYTHON_BASE, DEFAULT_BUILD_TIMEOUT_S,
+                         cpu_shares, str(PYTHON_BASE_CONTEXT / "Dockerfile"), build_args={"BASE": DEBIAN_BASE})
 
 
 _PYTHON_IMAGE = re.compile(r"(^|/)python:(\d+\.\d+)?")
