@@ -126,6 +126,13 @@ def test_the_evaluation_set_ran_on_the_trained_policy_and_shares_no_task(finishe
 
 
 @pytest.mark.slow
+def test_grpo_reads_the_input_policys_log_probs_from_the_rollouts_it_sampled(finished_round):
+    [run] = DuckDBWarehouse().read("training_runs", {"round": ROUND_ONE, "job": "grpo"}).iter_rows(named=True)
+    assert run["status"] == "trained", run["reason"]
+    assert json.loads(run["metrics"])["reference_logprobs"] == "recorded at sampling"
+
+
+@pytest.mark.slow
 def test_the_history_over_rounds_rides_on_the_round_summary(finished_round):
     [materialization] = finished_round.result.asset_materializations_for_node("round_summary")
     assert "round-0001" in materialization.metadata["rounds_table"].value

@@ -133,6 +133,24 @@ def test_grpo_job_standalone(base_checkpoint, examples, tmp_path):
     assert result["mean_kl"][-1] > 0
 
 
+def test_a_reference_that_sampled_the_groups_is_read_from_them_not_run(base_checkpoint, examples, tmp_path):
+    """The examples were sampled by the base checkpoint: its recorded log-probs
+    stand in for a forward pass of it, and every step comes out the same up to
+    float rounding (a misaligned or wrong-temperature read would not)."""
+    runs = {}
+    for sampled in (False, True):
+        config = GRPOJobConfig.from_dict(job_config(
+            base_checkpoint, examples, tmp_path / f"grpo-{sampled}", reference_checkpoint=str(base_checkpoint),
+            batch_size=4, epochs=2, reference_sampled=sampled))
+        runs[sampled] = train_grpo(config, log=lambda message: None)
+
+    assert runs[False]["reference_logprobs"] == "reference forward pass"
+    assert runs[True]["reference_logprobs"] == "recorded at sampling"
+    assert runs[True]["mean_kl"][-1] > 1e-4  # the policy moved: the KL term is not trivially 0
+    assert runs[True]["mean_kl"] == pytest.approx(runs[False]["mean_kl"], rel=1e-3, abs=1e-6)
+    assert runs[True]["losses"] == pytest.approx(runs[False]["losses"], rel=1e-3, abs=1e-6)
+
+
 def test_missing_base_checkpoint_fails_clearly_and_writes_nothing(examples, tmp_path):
     out_dir = tmp_path / "out"
     out_dir.mkdir()

@@ -175,6 +175,14 @@ class GRPOJobConfig(TrainingJobConfig):
             "Required when beta > 0."
         },
     )
+    reference_sampled: bool = field(
+        default=False,
+        metadata={
+            "help": "The reference checkpoint sampled every example, at its recorded temperature (the loop's case: "
+            "the KL anchors to the round's input policy, whose rollouts these are). Its log-probs are then the "
+            "recorded sampling log-probs, and no reference forward pass is run."
+        },
+    )
     beta: float = field(default=0.04, metadata={"help": "KL coefficient (k3 estimator, per action token)."})
     clip_epsilon: float = field(
         default=0.2,

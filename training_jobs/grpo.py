@@ -54,9 +54,10 @@ def train_grpo(config: GRPOJobConfig, log: Log = print) -> dict[str, Any]:
     )
 
     # The reference is fixed, so its log-probs are computed once, kept on the
-    # CPU, and the model freed before the policy is loaded.
+    # CPU, and the model freed before the policy is loaded; when it sampled
+    # the examples they were recorded with each token and are read instead.
     ref_logprobs: list[torch.Tensor | None] = [None] * len(examples)
-    if config.beta > 0:
+    if config.beta > 0 and not config.reference_sampled:
         reference = load_verified_model(config.reference_checkpoint).to(device).eval()
         with torch.no_grad():
             for chunk in forward_chunks([t for t, _ in examples], config.max_tokens_per_forward):
@@ -78,7 +79,9 @@ def train_grpo(config: GRPOJobConfig, log: Log = print) -> dict[str, Any]:
             with autocast(config, device):
                 logprobs = token_logprobs(model, padded.input_ids, padded.attention_mask, padded.temperature, padded.target_action_mask)
             ref = None
-            if config.beta > 0:
+            if config.beta > 0 and config.reference_sampled:
+                ref = padded.target_sampling_logprobs
+            elif config.beta > 0:
                 ref = torch.zeros_like(logprobs)
                 for row, i in enumerate(chunk):
                     ref[row, : batch[i][2].shape[0]] = batch[i][2].to(device)
@@ -128,6 +131,7 @@ def train_grpo(config: GRPOJobConfig, log: Log = print) -> dict[str, Any]:
         "action_tokens_trained": sum(h["action_tokens"] for h in history),
         "learning_rate": config.learning_rate,
         "beta": config.beta,
+        "reference_logprobs": "recorded at sampling" if config.reference_sampled else "reference forward pass",
         "clip_epsilon": config.clip_epsilon,
         "epochs": config.epochs,
         "batch_size": config.batch_size,

@@ -44,7 +44,8 @@ def _record_run(warehouse, key, job, parent: PolicyRef, output_id, examples, sta
     warehouse.replace("training_runs", table_frame("training_runs", [row]), {"round": key, "job": job})
 
 
-def _train(context, warehouse, launcher, loop, job, frame, start: PolicyRef, reference: PolicyRef, kind) -> dg.MaterializeResult:
+def _train(context, warehouse, launcher, loop, job, frame, start: PolicyRef, reference: PolicyRef, kind,
+           reference_sampled: bool = False) -> dg.MaterializeResult:
     """Run one training job on `frame`, or pass `start` through (recorded as
     skipped, with the reason) when the mode or the data leave nothing to train."""
     key = context.partition_key
@@ -68,6 +69,7 @@ def _train(context, warehouse, launcher, loop, job, frame, start: PolicyRef, ref
             }
             if job == "grpo":
                 config["reference_checkpoint"] = str(reference.path)
+                config["reference_sampled"] = reference_sampled
             metrics = launcher.launch(context, job, config)
             cost.tokens = int(sum(len(t) for t in frame["token_ids"]))
     output_id = _register(warehouse, key, kind, output, start)
@@ -105,7 +107,11 @@ def policy_checkpoint(context: dg.AssetExecutionContext, warehouse: Warehouse, p
     start = round_policy(warehouse, key, "sft")
     rollouts = require_rows(warehouse, "rollouts", key, "validation_rollouts", phase="validation")
     frame = grpo_groups(rollouts, split_task_ids(warehouse, key, "train"))
-    return _train(context, warehouse, training_launcher, loop, "grpo", frame, start, reference, "policy")
+    # The KL anchor sampled these groups itself: the job reads its log-probs
+    # from the rollouts rather than running it again.
+    reference_sampled = set(rollouts["checkpoint_id"]) == {reference.checkpoint_id}
+    return _train(context, warehouse, training_launcher, loop, "grpo", frame, start, reference, "policy",
+                  reference_sampled)
 
 
 def _task_pass_rates(rows: pl.DataFrame) -> pl.DataFrame:
