@@ -24,9 +24,11 @@ import ctypes
 import errno
 import functools
 import hashlib
+import importlib.util
 import json
 import os
 import platform
+import py_compile
 import select
 import shutil
 import signal
@@ -540,6 +542,31 @@ class CopyReport:
 _COPY_CHUNK = 1 << 20
 _ZEROS = bytes(_COPY_CHUNK)
 _OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def write_bytecode_cache(source: Path, directory: Path) -> Path:
+    """Give the copy of the trusted module `source` in `directory` its compiled
+    bytecode (`__pycache__/<name>.<tag>.pyc`), so that sandboxed interpreters,
+    which import it from a read-only mount and so could never cache it
+    themselves, do not compile it on every run. The bytecode is hash-checked:
+    an interpreter uses it only for a source of exactly these bytes and
+    compiles anything else as usual, and one of another version ignores it."""
+    data = source.read_bytes()
+    cache = Path(importlib.util.cache_from_source(str(Path(directory) / source.name)))
+    cache.parent.mkdir(mode=0o755, exist_ok=True)
+    cache.write_bytes(_hash_checked_bytecode(source, hashlib.sha256(data).hexdigest()))
+    os.chmod(cache, 0o644)
+    return cache
+
+
+@functools.cache
+def _hash_checked_bytecode(source: Path, digest: str) -> bytes:
+    """Compiled once a process for each source content (`digest` keys the cache)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        compiled = Path(tmp) / "module.pyc"
+        py_compile.compile(str(source), cfile=str(compiled), doraise=True,
+                           invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+        return compiled.read_bytes()
 
 
 def copy_tree_safely(

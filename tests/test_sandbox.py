@@ -1,12 +1,20 @@
 """The bubblewrap sandbox against the real backend: isolation and limits."""
 
 import os
+import shutil
 import subprocess
 import time
 
 import pytest
 
-from resources.sandbox import BubblewrapSandbox, Mount, SandboxError, SandboxLimits, SandboxUnavailable
+from resources.sandbox import (
+    BubblewrapSandbox,
+    Mount,
+    SandboxError,
+    SandboxLimits,
+    SandboxUnavailable,
+    write_bytecode_cache,
+)
 
 sandbox = BubblewrapSandbox()
 
@@ -84,3 +92,24 @@ def test_missing_bubblewrap_names_the_fix(tmp_path, monkeypatch):
     monkeypatch.setattr("resources.sandbox.shutil.which", lambda name: None)
     with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap"):
         run(tmp_path, "true")
+
+
+def test_a_bytecode_cache_serves_only_the_source_it_was_compiled_from(tmp_path):
+    trusted = tmp_path / "trusted" / "helper.py"
+    trusted.parent.mkdir()
+    trusted.write_text("VALUE = 'trusted'\n")
+    same, other = tmp_path / "same", tmp_path / "other"
+    same.mkdir()
+    shutil.copyfile(trusted, same / "helper.py")
+    write_bytecode_cache(trusted, same)
+    # Another source of the same name and size beside that cache, as old as the copy.
+    shutil.copytree(same, other)
+    (other / "helper.py").write_text("VALUE = 'changed'\n")
+    os.utime(other / "helper.py", ns=(os.stat(same / "helper.py").st_mtime_ns,) * 2)
+
+    for directory, value, cached in ((same, "trusted", True), (other, "changed", False)):
+        run = subprocess.run(["python3", "-I", "-B", "-v", "-c", "import sys; sys.path[:0] = ['.']; import helper; "
+                              "print(helper.VALUE)"], cwd=directory, capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert run.stdout.strip() == value
+        assert (f"code object from '{directory}/__pycache__/helper." in run.stderr) is cached

@@ -25,7 +25,15 @@ from typing import Sequence
 
 from clawloop_assets.harbor.task_format import harbor_check, harbor_verifier_mounts
 from clawloop_assets.task_bundle import TaskBundle, TaskBundleError
-from resources.sandbox import VERIFIER_UID, Mount, Sandbox, SandboxLimits, copy_tree_safely, iter_tree
+from resources.sandbox import (
+    VERIFIER_UID,
+    Mount,
+    Sandbox,
+    SandboxLimits,
+    copy_tree_safely,
+    iter_tree,
+    write_bytecode_cache,
+)
 
 VERIFIER_LIMITS = SandboxLimits(wall_seconds=30.0, cpu_seconds=20)
 VERIFIER_ARGV = (
@@ -299,6 +307,7 @@ def _run_batch(sandbox: Sandbox, bundle: TaskBundle, items: list[tuple[int, Path
             os.chmod(directory, 0o755)
         if (tests / "verify.py").is_symlink() or (tests / "verify.py").read_bytes() != _canonical_verifier_bytes():
             return verdicts
+        write_bytecode_cache(CANONICAL_VERIFIER, tests)  # the driver imports it
         slots: list[tuple[int, Path]] = []  # (index, result directory), slot = position
         mounts = [Mount(tests, "/tests"), Mount(answer, "/answer"), Mount(result, "/result", writable=True)]
         copies: dict[Path, Path | None] = {}  # one read-only copy of a workspace given more than once

@@ -39,7 +39,7 @@ from clawloop_assets.task_bundle import (
     load_task_bundle,
     write_task_toml,
 )
-from resources.sandbox import Mount, Sandbox, SandboxLimits, disk_quota, release_quota
+from resources.sandbox import Mount, Sandbox, SandboxLimits, disk_quota, release_quota, write_bytecode_cache
 from resources.warehouse import Warehouse
 
 VERIFIER_SCRIPT = GENERATORS_DIR / "verify.py"
@@ -168,6 +168,7 @@ def write_generator(spec: GeneratorSpec, directory: Path, script: Path | None = 
         raise FileNotFoundError(f"no generator family script at {source}")
     shutil.copyfile(source, directory / spec.script_name)
     shutil.copyfile(GENERATOR_COMMON, directory / GENERATOR_COMMON.name)
+    write_bytecode_cache(GENERATOR_COMMON, directory)  # two runs a candidate import it
     for folder in (COMMON_ORACLES, spec.capability):
         for oracle in sorted((ORACLES_DIR / folder).glob("*.py")):
             (directory / ORACLES_DIR.name / folder).mkdir(parents=True, exist_ok=True)
