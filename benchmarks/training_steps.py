@@ -21,9 +21,9 @@ Same math, different work. The differences the timings and peaks show:
     ones afterwards. On CUDA it scores only the labelled positions.
   - TRL also computes the per-token entropy (a logged metric) in every step,
     and the SFT trainer whether each label is the argmax.
-  - Optimizer: the same AdamW (lr 1e-5, no weight decay, clip 1.0), but
-    torch's default single-tensor implementation for ours and the Trainer's
-    default fused one (adamw_torch_fused) for TRL.
+  - Optimizer: the same AdamW (lr 1e-5, no weight decay, clip 1.0), fused
+    on both sides (ours: training_jobs.optimization.adamw; TRL: the Trainer's
+    default adamw_torch_fused).
 
     python -m benchmarks.training_steps [--checkpoint DIR] [--steps 3]
 """
@@ -46,6 +46,7 @@ from typing import Any, Callable
 
 import torch
 
+from training_jobs.optimization import adamw
 from training_jobs.policy_gradient import group_advantages, grpo_loss, token_logprobs
 from training_jobs.trajectories import Trajectory, pad_batch
 
@@ -195,7 +196,7 @@ def our_step(job: str, model, batch: dict[str, Any]) -> Callable[[], tuple[float
     at its default max_tokens_per_forward (2048) for the default spec and as
     TRL does with per_device_train_batch_size = the group."""
     model.eval()  # what prepare_model does: no dropout (SmolLM2 has none anyway)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0)
+    optimizer = adamw(list(model.parameters()), LEARNING_RATE)
     compute_loss = our_grpo_loss if job == "grpo" else our_sft_loss
 
     def step() -> tuple[float, float]:
