@@ -47,8 +47,8 @@ ROUND_KEY = "round-0001"
 
 def bench_round():
     """The small round this benchmark times: 24 candidates, 8 rollouts each,
-    and a small fixed evaluation set. The round tests run it with two
-    training steps (tests/conftest.py, small_round)."""
+    and a small fixed evaluation set. The round tests run a smaller one
+    built from it (tests/conftest.py, small_round)."""
     from clawloop_assets.loop_config import LoopConfig
 
     return LoopConfig(

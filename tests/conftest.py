@@ -101,14 +101,20 @@ def round_resources(loop, policy=None, sandbox=None):
 
 
 def small_round():
-    """`make bench`'s small round (benchmarks.round_phases.bench_round) with
-    two optimizer steps per training job: the round tests check that each
-    phase runs and records what it did; what training learns is
-    test_transfer's and test_training_jobs' to check."""
+    """`make bench`'s small round (benchmarks.round_phases.bench_round), made
+    smaller: one candidate per capability of both routes (the fewest a plan
+    draws), 4 rollouts each (admitted at 1 to 3 passes), two samples a training
+    task before and after training, and two optimizer steps per training job. The
+    round tests check that each phase runs and records what it did, which these
+    sizes show as well as the bench's; what training learns is test_transfer's
+    and test_training_jobs' to check."""
     from benchmarks.round_phases import bench_round
     from clawloop_assets.loop_config import LoopConfig
+    from clawloop_assets.synthesis.catalogs import round_capabilities
 
-    return LoopConfig(**{**bench_round().model_dump(), "train_max_steps": 2})
+    bench = bench_round()
+    return LoopConfig(**{**bench.model_dump(), "candidates_per_round": len(round_capabilities(bench.synthesis_routes)),
+                         "rollouts_per_task": 4, "admission_high": 3, "train_eval_samples": 2, "train_max_steps": 2})
 
 
 def materialize_round(instance, round_key, loop=None, selection=None, **backends):
@@ -124,7 +130,7 @@ def materialize_round(instance, round_key, loop=None, selection=None, **backends
 
 @dataclass(frozen=True)
 class FinishedRound:
-    """Round 1 of `small_round` (24 candidates), materialized with the real
+    """Round 1 of `small_round` (a candidate per capability), materialized with the real
     backends into a persistent Dagster instance. Tests read it; the few that
     add to it (a rematerialized asset, round 2 on an ephemeral instance)
     leave what the others read unchanged."""

@@ -346,20 +346,20 @@ def test_without_a_quota_filesystem_the_episode_ends_past_the_quota(level0_task,
 
 @pytest.mark.slow
 def test_a_later_wave_gives_the_rollouts_one_call_would_have(level0_task, base_checkpoint_dir, tmp_path):
-    """Sequential rollouts: samples 6-7 drawn in a second call are exactly
-    samples 6-7 of a single call for 8 (the real model, two turns)."""
+    """Sequential rollouts: samples 2-3 drawn in a second call are exactly
+    samples 2-3 of a single call for 4 (the real model, two turns)."""
     from resources.embedded_policy import EmbeddedPolicyModel
 
     session = EmbeddedPolicyModel(model_cache_dir=str(base_checkpoint_dir.parent)).load(base_checkpoint_dir)
     settings = AgentSettings(max_turns=2)
     try:
-        whole = run_rollouts(session, BubblewrapSandbox(), [level0_task], 8, settings, tmp_path / "whole", seed=5)
-        first = run_rollouts(session, BubblewrapSandbox(), [level0_task], 6, settings, tmp_path / "w1", seed=5)
+        whole = run_rollouts(session, BubblewrapSandbox(), [level0_task], 4, settings, tmp_path / "whole", seed=5)
+        first = run_rollouts(session, BubblewrapSandbox(), [level0_task], 2, settings, tmp_path / "w1", seed=5)
         second = run_rollouts(session, BubblewrapSandbox(), [level0_task], 2, settings, tmp_path / "w2", seed=5,
-                              first_index=6)
+                              first_index=2)
     finally:
         session.close()
-    assert [r.sample_index for r in first + second] == list(range(8))
+    assert [r.sample_index for r in first + second] == list(range(4))
     for one, waved in zip(whole, first + second):
         assert one.token_ids == waved.token_ids and one.reward == waved.reward
 

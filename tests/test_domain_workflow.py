@@ -89,7 +89,7 @@ def test_a_round_draws_from_both_routes_and_the_switch_turns_one_off(clawloop_ho
     from resources.training_launcher import SubprocessTrainingLauncher
     from resources.warehouse import DuckDBWarehouse
 
-    def synthesize(key, routes):
+    def synthesize(key, routes, candidates):
         instance = dg.DagsterInstance.ephemeral()
         instance.add_dynamic_partitions("rounds", [key])
         result = dg.materialize(
@@ -97,19 +97,22 @@ def test_a_round_draws_from_both_routes_and_the_switch_turns_one_off(clawloop_ho
             selection=dg.AssetSelection.assets("agent_free_validation").upstream(),
             resources={"sandbox": BubblewrapSandbox(), "warehouse": DuckDBWarehouse(), "policy": EmbeddedPolicyModel(),
                        "training_launcher": SubprocessTrainingLauncher(),
-                       "loop": LoopConfig(candidates_per_round=26, synthesis_routes=routes)},
+                       "loop": LoopConfig(candidates_per_round=candidates, synthesis_routes=routes)},
         )
         assert result.success
         tasks = DuckDBWarehouse().read("tasks", {"round": key})
         checks = DuckDBWarehouse().read("agent_free_validations", {"round": key})
         return tasks, dict(zip(checks["task_id"], checks["passed"]))
 
-    tasks, passed = synthesize("round-0001", ["capability", "domain"])
+    tasks, passed = synthesize("round-0001", ["capability", "domain"], 26)
     domain_tasks = tasks.filter(tasks["capability_id"] == "domain_workflow")
     assert domain_tasks.height >= 2 and set(domain_tasks["domain_id"]) <= set(DOMAINS)
     assert all(passed[t] for t in domain_tasks["task_id"])  # the same agent-free validation as the others
     assert tasks.filter(tasks["capability_id"] != "domain_workflow").height >= 20
-    tasks, _ = synthesize("round-0001", ["capability"])
-    assert "domain_workflow" not in set(tasks["capability_id"])
+    # A plan gives every capability it plans for a candidate, so one per
+    # capability of the capability route would show domain_workflow if planned.
+    capability_route = catalogs.round_capabilities(["capability"])
+    tasks, _ = synthesize("round-0001", ["capability"], len(capability_route))
+    assert set(tasks["capability_id"]) == {c.id for c in capability_route}
     with pytest.raises(Exception, match="synthesis routes must be a non-empty subset"):
         LoopConfig(synthesis_routes=["vibes"])

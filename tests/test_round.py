@@ -22,7 +22,7 @@ from resources.openai_policy import OpenAICompatiblePolicyModel
 from resources.sandbox import DockerSandbox
 from resources.warehouse import DuckDBWarehouse
 
-# 24 candidates and a wide admission band, as in `make bench`; two training steps.
+# A candidate per capability, 4 rollouts each, a wide admission band; two training steps.
 SMALL_ROUND = small_round()
 
 
@@ -53,7 +53,8 @@ def test_backends_are_chosen_by_configuration_alone(monkeypatch):
 # two interfaces: the finished round runs it, and
 # test_openai_policy.test_new_weights_reach_the_server_in_place checks that
 # trained weights reach the server.
-SMALL_PRODUCTION_ROUND = LoopConfig(candidates_per_round=6, rollouts_per_task=4, admission_low=0, admission_high=4,
+# Two rollouts a candidate, the fewest a group may have.
+SMALL_PRODUCTION_ROUND = LoopConfig(candidates_per_round=6, rollouts_per_task=2, admission_low=0, admission_high=2,
                                     max_turns=1)
 
 
@@ -71,7 +72,8 @@ def test_a_round_on_docker_and_a_vllm_server(clawloop_home, vllm_url):
     assert passed.height >= 1 and set(admissions.filter(pl.col("admitted"))["task_id"]) == set(passed["task_id"])
     rollouts = warehouse.read("rollouts", {"round": "round-0001"})
     per_task = dict(rollouts.group_by("task_id").len().iter_rows())
-    assert set(per_task) == set(passed["task_id"]) and all(1 <= n <= 4 for n in per_task.values()), per_task
+    assert set(per_task) == set(passed["task_id"]) and all(
+        1 <= n <= SMALL_PRODUCTION_ROUND.rollouts_per_task for n in per_task.values()), per_task
     assert set(rollouts["status"]) == {"scored"}, rollouts.filter(rollouts["status"] != "scored")["error"].to_list()
     for row in rollouts.iter_rows(named=True):
         assert len(row["token_ids"]) == len(row["action_mask"]) == len(row["sampling_logprobs"])
@@ -88,20 +90,21 @@ def test_the_round_summary_holds_every_figure_and_they_add_up(finished_round):
                   "mean_turns", "rollouts_per_admitted_task", "candidates_by_route",
                   "evaluation_pass_at_1", "evaluation_ci_low", "evaluation_ci_high", "evaluation_tasks"]:
         assert field in summary, field
-    assert summary["candidates"] == 24
+    candidates = SMALL_ROUND.candidates_per_round
+    assert summary["candidates"] == candidates
     assert summary["admitted"] >= 1
-    assert summary["rollouts"] == 8 * summary["agent_free_passed"]
-    assert summary["admission_rate"] == pytest.approx(summary["admitted"] / 24, abs=1e-4)
+    assert summary["rollouts"] == SMALL_ROUND.rollouts_per_task * summary["agent_free_passed"]
+    assert summary["admission_rate"] == pytest.approx(summary["admitted"] / candidates, abs=1e-4)
     assert summary["rollouts_per_admitted_task"] == pytest.approx(summary["rollouts"] / summary["admitted"], abs=1e-4)
     assert summary["mean_turns"] is not None and summary["mean_turns"] >= 0
     by_capability = summary["candidates_by_capability"]
-    assert sum(c["candidates"] for c in by_capability.values()) == 24
+    assert sum(c["candidates"] for c in by_capability.values()) == candidates
     assert sum(c["admitted"] for c in by_capability.values()) == summary["admitted"]
-    assert sum(summary["rejections"].values()) == 24 - summary["agent_free_passed"]
+    assert sum(summary["rejections"].values()) == candidates - summary["agent_free_passed"]
     # Both synthesis routes drew candidates; the route figures add up to the round's.
     by_route = summary["candidates_by_route"]
     assert set(by_route) == {"capability", "domain"} and by_route["domain"]["candidates"] >= 1
-    assert sum(r["candidates"] for r in by_route.values()) == 24
+    assert sum(r["candidates"] for r in by_route.values()) == candidates
     assert sum(r["admitted"] for r in by_route.values()) == summary["admitted"]
     assert by_route["domain"]["candidates"] == by_capability["domain_workflow"]["candidates"]
     # Harness errors are counted per phase, never dropped from the round's figures.
@@ -154,7 +157,7 @@ def test_every_rollout_keeps_aligned_tokens_at_its_phases_temperature(finished_r
     assert set(rollouts.filter(evaluation)["temperature"]) <= {SMALL_ROUND.temperature}
     assert summary["rollout_temperature"] == SMALL_ROUND.scheduled_temperature(ROUND_ONE)
     for phase in ("train_before", "train_after"):
-        assert (rollouts["phase"] == phase).sum() == 4 * train_tasks, phase
+        assert (rollouts["phase"] == phase).sum() == SMALL_ROUND.train_eval_samples * train_tasks, phase
     # Token-in/token-out: every trajectory keeps aligned ids, mask and log-probs.
     for row in rollouts.iter_rows(named=True):
         assert len(row["token_ids"]) == len(row["action_mask"]) == len(row["sampling_logprobs"])

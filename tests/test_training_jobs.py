@@ -151,6 +151,22 @@ def test_a_reference_that_sampled_the_groups_is_read_from_them_not_run(base_chec
     assert runs[True]["losses"] == pytest.approx(runs[False]["losses"], rel=1e-3, abs=1e-6)
 
 
+
+def test_grpo_with_max_steps_anchors_each_scheduled_rollout_to_its_own_reference(base_checkpoint, examples, tmp_path):
+    # With max_steps only the scheduled rollouts get reference log-probs; each
+    # must still get its own: at the first step the policy is the reference
+    # (KL 0), and the step is the uncapped job's first step.
+    fields = dict(reference_checkpoint=str(base_checkpoint), batch_size=2, epochs=2)
+    whole = train_grpo(GRPOJobConfig.from_dict(job_config(base_checkpoint, examples, tmp_path / "whole", **fields)),
+                       log=lambda message: None)
+    capped = train_grpo(GRPOJobConfig.from_dict(job_config(base_checkpoint, examples, tmp_path / "capped", **fields,
+                                                           max_steps=2)), log=lambda message: None)
+    assert capped["steps"] == 2 and whole["steps"] == 8
+    assert capped["mean_kl"][0] == pytest.approx(0.0, abs=1e-6)
+    assert capped["losses"] == pytest.approx(whole["losses"][:2], rel=1e-5, abs=1e-7)
+    assert capped["mean_kl"] == pytest.approx(whole["mean_kl"][:2], rel=1e-4, abs=1e-7)
+
+
 def test_missing_base_checkpoint_fails_clearly_and_writes_nothing(examples, tmp_path):
     out_dir = tmp_path / "out"
     out_dir.mkdir()

@@ -53,6 +53,10 @@ def train_grpo(config: GRPOJobConfig, log: Log = print) -> dict[str, Any]:
         f"than {config.max_length} tokens), on {device}"
     )
 
+    # The steps to run, as indices into `examples`: with `max_steps` they may
+    # cover only some of the examples, and only those need reference log-probs.
+    schedule = step_schedule(range(len(examples)), config)
+    scheduled = sorted({i for _, batch in schedule for i in batch})
     # The reference is fixed, so its log-probs are computed once, kept on the
     # CPU, and the model freed before the policy is loaded; when it sampled
     # the examples they were recorded with each token and are read instead.
@@ -60,15 +64,15 @@ def train_grpo(config: GRPOJobConfig, log: Log = print) -> dict[str, Any]:
     if config.beta > 0 and not config.reference_sampled:
         reference = load_verified_model(config.reference_checkpoint).to(device).eval()
         with torch.no_grad():
-            for chunk in forward_chunks([t for t, _ in examples], config.max_tokens_per_forward):
-                padded = pad_batch([examples[i][0] for i in chunk]).to(device)
+            for chunk in forward_chunks([examples[i][0] for i in scheduled], config.max_tokens_per_forward):
+                rows = [scheduled[j] for j in chunk]
+                padded = pad_batch([examples[i][0] for i in rows]).to(device)
                 with autocast(config, device):
                     logprobs = token_logprobs(reference, padded.input_ids, padded.attention_mask, padded.temperature, padded.target_action_mask)
-                for row, i in enumerate(chunk):
+                for row, i in enumerate(rows):
                     ref_logprobs[i] = logprobs[row, : len(examples[i][0]) - 1].cpu()
         del reference
         gc.collect()
-    items = [(t, a, ref) for (t, a), ref in zip(examples, ref_logprobs)]
     model = prepare_model(config, device)
 
     def step(batch) -> dict[str, Any]:
@@ -107,7 +111,8 @@ def train_grpo(config: GRPOJobConfig, log: Log = print) -> dict[str, Any]:
             "action_tokens": num_action_tokens,
         }
 
-    history = run_steps("grpo", model, config, step_schedule(items, config), step, log)
+    steps = [(epoch, [(*examples[i], ref_logprobs[i]) for i in batch]) for epoch, batch in schedule]
+    history = run_steps("grpo", model, config, steps, step, log)
     losses = [h["loss"] for h in history]
     mean_kls = [h["mean_kl"] for h in history]
     result: dict[str, Any] = {

@@ -26,7 +26,7 @@ from clawloop_assets.harness.agent_loop import AgentSettings, rollout_row, run_r
 from clawloop_assets.round_state import require_rows
 from clawloop_assets.task_bundle import TaskBundle, load_task_bundle
 from clawloop_assets.training.examples import TRAINING_COLUMNS, write_jsonl
-from resources.checkpoints import checkpoint_id, verify_checkpoint
+from resources.checkpoints import checkpoint_id
 from resources.paths import staged_directory
 from resources.policy import PolicyModel
 from resources.sandbox import Sandbox
@@ -111,29 +111,32 @@ def transfer_rl_only(
     (LoopConfig.training_job_config("grpo")), and the rollouts' seeds derive
     from `seed`."""
     manifest, bundles = load_pool(pool_dir)
-    verify_checkpoint(base_checkpoint)
+    base_id = checkpoint_id(base_checkpoint)  # verifies it: raises before anything is written
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    base_id = checkpoint_id(base_checkpoint)
     label = f"transfer-{manifest['round']}"
 
-    def rollouts(checkpoint: Path, split: str, phase: str, seed: int) -> pl.DataFrame:
-        if not bundles[split]:
-            return table_frame("rollouts", [])
+    train_seed, heldout_seed = seed + 1, seed + 2
+
+    def rollouts(checkpoint: Path, ckpt: str, when: str) -> dict[str, pl.DataFrame]:
+        """`checkpoint`'s (id `ckpt`) rollouts on each split (phases
+        train_<when> and heldout_<when>), in one session: the model is loaded once."""
+        frames = {}
         session = policy.load(checkpoint)
         try:
-            done = run_rollouts(session, sandbox, bundles[split], samples, settings, out_dir / "rollouts" / phase, seed,
-                                progress=log)
+            for split, split_seed in (("train", train_seed), ("heldout", heldout_seed)):
+                phase = f"{split}_{when}"
+                done = run_rollouts(session, sandbox, bundles[split], samples, settings, out_dir / "rollouts" / phase,
+                                    split_seed, progress=log) if bundles[split] else []
+                frames[split] = table_frame("rollouts", [
+                    rollout_row(r, round_key=label, phase=phase, checkpoint_id=ckpt, temperature=settings.temperature)
+                    for r in done])
         finally:
             session.close()
-        ckpt = checkpoint_id(checkpoint)
-        return table_frame("rollouts", [rollout_row(r, round_key=label, phase=phase, checkpoint_id=ckpt,
-                                                    temperature=settings.temperature) for r in done])
+        return frames
 
-    train_seed, heldout_seed = seed + 1, seed + 2
     log(f"transfer: {len(bundles['train'])} training and {len(bundles['heldout'])} held-out tasks from {pool_dir}")
-    before = {"train": rollouts(base_checkpoint, "train", "train_before", train_seed),
-              "heldout": rollouts(base_checkpoint, "heldout", "heldout_before", heldout_seed)}
+    before = rollouts(base_checkpoint, base_id, "before")
     # The base's own rollouts are the groups, as in a round; infrastructure
     # failures leave a group smaller and the canary excludes a rollout.
     groups = before["train"].filter((pl.col("status") == "scored") & ~pl.col("canary_seen"))
@@ -157,8 +160,8 @@ def transfer_rl_only(
     if done.returncode != 0:
         raise RuntimeError(f"GRPO on the pool failed (exit {done.returncode}); end of its stderr:\n{done.stderr[-3000:]}")
     grpo = json.loads((trained.parent / f"{trained.name}.result.json").read_text())
-    after = {"train": rollouts(trained, "train", "train_after", train_seed),
-             "heldout": rollouts(trained, "heldout", "heldout_after", heldout_seed)}
+    trained_id = checkpoint_id(trained)
+    after = rollouts(trained, trained_id, "after")
 
     def rate(frame: pl.DataFrame) -> float | None:
         scored = frame.filter(pl.col("status") == "scored")
@@ -168,7 +171,7 @@ def transfer_rl_only(
         "pool": str(pool_dir), "pool_round": manifest["round"],
         "pool_validated_by": manifest["validated_by_checkpoint_ids"],
         "base_checkpoint": str(base_checkpoint), "base_checkpoint_id": base_id,
-        "policy_checkpoint": str(trained), "policy_checkpoint_id": checkpoint_id(trained),
+        "policy_checkpoint": str(trained), "policy_checkpoint_id": trained_id,
         "mode": "grpo_only", "samples_per_task": samples,
         "train_tasks": len(bundles["train"]), "heldout_tasks": len(bundles["heldout"]),
         "train_pass_rate_before": rate(before["train"]), "train_pass_rate_after": rate(after["train"]),
