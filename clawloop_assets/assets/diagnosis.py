@@ -27,7 +27,14 @@ from clawloop_assets.diagnosis.failures import (
     summarize_failures,
     summarize_with_model,
 )
-from clawloop_assets.evaluation.fixed_set import ERROR_STATUSES, pass_at_1, rollout_errors
+from clawloop_assets.evaluation.fixed_set import (
+    ERROR_STATUSES,
+    level_figures,
+    own_task_levels,
+    pass_at_1,
+    pass_at_1_by_level,
+    rollout_errors,
+)
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.markdown import markdown_table
 from clawloop_assets.partitions import round_partitions
@@ -151,8 +158,13 @@ def round_summary(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg
     patterns = warehouse.read("diagnosis_patterns", {"round": key})
     ledger = warehouse.read("cost_ledger", {"round": key})
     admitted = int(admissions["admitted"].sum()) if admissions.height else 0
-    # The fixed evaluation set's figure (clawloop_assets/evaluation/fixed_set.py); None before any evaluation rollout.
-    evaluated = pass_at_1(rollouts.filter(pl.col("phase") == "evaluation"))
+    # The fixed evaluation set's figures (clawloop_assets/evaluation/fixed_set.py): pooled over every task of the
+    # set, and per level of our own set; None before any evaluation rollout.
+    evaluation_rollouts = rollouts.filter(pl.col("phase") == "evaluation")
+    evaluated = pass_at_1(evaluation_rollouts)
+    evaluated_ids = set(evaluation_rollouts["task_id"])
+    evaluated_levels = pass_at_1_by_level(
+        evaluation_rollouts, {t: level for t, level in own_task_levels().items() if t in evaluated_ids})
     summary = {
         "round": key,
         "candidates": tasks.height,
@@ -176,6 +188,7 @@ def round_summary(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg
         "evaluation_ci_low": evaluated.ci_low,
         "evaluation_ci_high": evaluated.ci_high,
         "evaluation_tasks": evaluated.tasks,
+        "evaluation_by_level": level_figures(evaluated_levels),
         # Harness errors (never scores) per phase, and their share of every rollout of the round.
         "rollout_errors": _rollout_errors_by_phase(rollouts),
         "rollout_error_rate": round(float(rollouts["status"].is_in(list(ERROR_STATUSES)).mean()), 4)

@@ -1,9 +1,10 @@
-"""The fixed evaluation set and its figure: pass@1 averaged over k samples per
-task (the paper's Avg@k), with a confidence interval.
+"""The fixed evaluation set and its figures: pass@1 averaged over k samples per
+task (the paper's Avg@k), with a confidence interval, over the whole set and
+at each level of our own part apart (where the policy stands on the ladder).
 
 The set is our own held-out families (every capability of both synthesis
-routes at fixed low levels, built by the same generators from a seed range
-synthesis never draws) plus whatever task bundles were imported under
+routes at fixed levels, warm-up to level 1 by default, built by the same
+generators from a seed range synthesis never draws) plus whatever task bundles were imported under
 `$CLAWLOOP_HOME/evaluation/imported/`. It is built once, stored under
 `$CLAWLOOP_HOME/evaluation/own/` with a manifest of content hashes, and reused
 unchanged by every round: no round ever trains on it (rounds draw their own
@@ -19,7 +20,7 @@ import math
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 import polars as pl
 
@@ -312,6 +313,32 @@ def pass_at_1_by_set(rollouts: pl.DataFrame, tasks: list[EvaluationTask]) -> dic
     for task in sorted(tasks, key=lambda t: (t.task_set != "own", t.task_set)):
         sets.setdefault(task.task_set, []).append(task.task_id)
     return {name: pass_at_1(rollouts.filter(pl.col("task_id").is_in(ids))) for name, ids in sets.items()}
+
+
+def own_task_levels(root: Path | None = None) -> dict[str, int]:
+    """{task id: level} of the own set as its manifest records it ({} before
+    the set is built): what splits a round's evaluation rollouts by level."""
+    manifest = _read_manifest(root or own_dir())
+    return {entry["task_id"]: int(entry["difficulty"]) for entry in manifest["tasks"]} if manifest else {}
+
+
+def pass_at_1_by_level(rollouts: pl.DataFrame, levels: Mapping[str, int]) -> dict[int, PassAtOne]:
+    """pass@1 of the own set's tasks at each level apart (`levels`: task id ->
+    level; rollouts of other tasks, the imported benchmarks', are left out),
+    lowest level first, each with its own Wilson interval over that level's
+    tasks: where the policy stands on the ladder."""
+    by_level: dict[int, list[str]] = {}
+    for task_id, level in levels.items():
+        by_level.setdefault(level, []).append(task_id)
+    return {level: pass_at_1(rollouts.filter(pl.col("task_id").is_in(sorted(ids))))
+            for level, ids in sorted(by_level.items())}
+
+
+def level_figures(by_level: Mapping[int, PassAtOne]) -> dict[str, dict]:
+    """The per-level figures as summary.json holds them: {"<level>": {pass_at_1,
+    ci_low, ci_high, tasks}}, levels as strings (JSON keys), lowest first."""
+    return {str(level): {"pass_at_1": part.pass_at_1, "ci_low": part.ci_low, "ci_high": part.ci_high,
+                         "tasks": part.tasks} for level, part in sorted(by_level.items())}
 
 
 def evaluation_tasks(sandbox: Sandbox, spec: EvaluationSetSpec,
