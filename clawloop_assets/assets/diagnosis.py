@@ -26,6 +26,7 @@ from clawloop_assets.diagnosis.failures import (
     session_summarizer,
     summarize_failures,
     summarize_with_model,
+    task_skill,
 )
 from clawloop_assets.evaluation.fixed_set import (
     ERROR_STATUSES,
@@ -88,13 +89,16 @@ def diagnosis_report(context: dg.AssetExecutionContext, warehouse: Warehouse, po
         rollouts = warehouse.read("rollouts", {"round": key, "phase": "heldout_after"})
         tasks = warehouse.read("tasks", {"round": key})
         capability_of = dict(zip(tasks["task_id"], tasks["capability_id"]))
+        # What each task asked for: the operation at a warm-up level, else the capability.
+        skill_of = {row["task_id"]: task_skill(row["capability_id"], row["difficulty"], row["bundle_path"])
+                    for row in tasks.iter_rows(named=True)}
         diagnosed = rollouts
         if loop.diagnose_unsolved_candidates:
             admissions = warehouse.read("admissions", {"round": key})
             unsolved = set(admissions.filter(pl.col("pass_count") == 0)["task_id"]) if admissions.height else set()
             validation = warehouse.read("rollouts", {"round": key, "phase": "validation"})
             diagnosed = pl.concat([rollouts, validation.filter(pl.col("task_id").is_in(sorted(unsolved)))])
-        summaries = summarize_failures(diagnosed.iter_rows(named=True), capability_of)
+        summaries = summarize_failures(diagnosed.iter_rows(named=True), capability_of, skill_of)
         model_stats = None
         if loop.model_failure_summaries and summaries:
             ref = round_policy(warehouse, key, "policy")
@@ -110,10 +114,10 @@ def diagnosis_report(context: dg.AssetExecutionContext, warehouse: Warehouse, po
             context.log.info(f"loop model summaries: {model_stats.valid} valid of {model_stats.asked} asked")
         patterns = aggregate_patterns(summaries, key, embed=sentence_embeddings.embed)
         scored = rollouts.filter(pl.col("status") == "scored").with_columns(
-            capability_id=pl.col("task_id").replace_strict(capability_of))
-        by_capability = {row["capability_id"]: (int(row["passed"]), int(row["total"])) for row in scored.group_by("capability_id").agg(
+            skill=pl.col("task_id").replace_strict(skill_of))
+        by_skill = {row["skill"]: (int(row["passed"]), int(row["total"])) for row in scored.group_by("skill").agg(
             passed=pl.col("reward").sum(), total=pl.len()).iter_rows(named=True)}
-        report = render_report(key, patterns, by_capability, len(summaries), model_stats,
+        report = render_report(key, patterns, by_skill, len(summaries), model_stats,
                                Counter(s.phase for s in summaries))
     summary_rows = [{"round": key, **{k: v for k, v in s.__dict__.items() if k != "evidence"}, "evidence": json.dumps(s.evidence)}
                     for s in summaries]
