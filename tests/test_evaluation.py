@@ -22,6 +22,7 @@ from clawloop_assets.evaluation.fixed_set import (
     own_task_levels,
     pass_at_1,
     pass_at_1_by_level,
+    planned_cells,
     planned_tasks,
     wilson_interval,
 )
@@ -162,8 +163,9 @@ def test_no_round_ever_draws_an_evaluation_seed_or_task(clawloop_home):
     """Synthesis seeds (round * 1000 + j) stay below the reserved range for every
     round number, even with far more candidates per round than any profile uses:
     for the default set, and for one of more levels and seeds."""
-    evaluation_plan = planned_tasks(LoopConfig().evaluation_set()) + planned_tasks(
-        LoopConfig(evaluation_levels=[-2, -1, 0, 1, 5], evaluation_seeds_per_cell=3).evaluation_set())
+    evaluation_plan = [draw for spec in (LoopConfig().evaluation_set(), LoopConfig(
+        evaluation_levels=[-2, -1, 0, 1, 5], evaluation_seeds_per_cell=3).evaluation_set())
+        for cell in planned_cells(spec) for draw in cell]  # every draw a cell may fall back to
     assert {g.difficulty for g, _ in evaluation_plan} == {-2, -1, 0, 1, 5}
     evaluation_ids = {task_id_for("evaluation", g, s) for g, s in evaluation_plan}
     assert all(is_evaluation_seed(s) and s < 2**31 for _, s in evaluation_plan)
@@ -180,6 +182,32 @@ def test_no_round_ever_draws_an_evaluation_seed_or_task(clawloop_home):
         seeds = [seed for _, seed in assignments]
         assert max(seeds) < EVALUATION_SEED_BASE and not any(is_evaluation_seed(s) for s in seeds), key
         assert not evaluation_ids & {task_id_for(key, spec, seed) for spec, seed in assignments}
+
+
+def test_a_cell_whose_first_draw_cannot_be_built_takes_its_next_in_every_home(tmp_path, monkeypatch):
+    """The domain route's level-1 graph for the second seed of this cell has
+    no grounding in the domain that seed picks (the generator says so): the
+    cell takes its next draw, a seed no other cell uses, the same in every
+    home, and the set verifies as built from then on."""
+    spec = EvaluationSetSpec(capabilities=("domain_workflow",), levels=(1,), seeds_per_cell=2)
+    cells = planned_cells(spec)
+    assert [len(cell) for cell in cells] == [8, 8]
+    seeds = [seed for cell in cells for _, seed in cell]
+    assert len(set(seeds)) == len(seeds)
+    built = {}
+    for name in ("first", "second"):
+        monkeypatch.setenv("CLAWLOOP_HOME", str(tmp_path / name))
+        said = []
+        _, tasks = ensure_own_set(BubblewrapSandbox(), spec, said.append)
+        built[name] = sorted(t.task_id for t in tasks)
+        assert len(tasks) == 2
+        fell_back = [m for m in said if "took the cell's next draw" in m]
+        assert len(fell_back) == 1 and "no grounding" in fell_back[0], said
+        assert task_id_for("evaluation", *cells[1][0]) not in built[name]
+        said.clear()
+        ensure_own_set(BubblewrapSandbox(), spec, said.append)
+        assert said == []  # verified, nothing rebuilt
+    assert built["first"] == built["second"]
 
 
 def test_wilson_interval_by_hand():
