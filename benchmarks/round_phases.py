@@ -62,9 +62,12 @@ def bench_round():
         train_eval_samples=4,
         max_turns=1,
         train_batch_size=4,
-        # The evaluation set, small: two families at level 0, two samples each.
+        # The evaluation set, small but graded: two families at levels -1 and 0,
+        # one task and one sample each (4 rollouts, as many as before it was graded).
         evaluation_capabilities=["grouped_statistics", "entity_resolution"],
-        evaluation_samples=2,
+        evaluation_levels=[-1, 0],
+        evaluation_seeds_per_cell=1,
+        evaluation_samples=1,
     )
 
 

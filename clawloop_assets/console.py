@@ -129,7 +129,11 @@ def round_screen(summary: dict, round_dir: Path) -> str:
     if summary.get("evaluation_tasks"):
         lines.append(f"evaluation   pass@1 {rate(summary['evaluation_pass_at_1'])} "
                      f"[{rate(summary['evaluation_ci_low'])}, {rate(summary['evaluation_ci_high'])}] "
-                     f"on {summary['evaluation_tasks']} fixed tasks")
+                     f"on all {summary['evaluation_tasks']} fixed tasks")
+        # Our own set level by level: where the policy stands on the ladder.
+        for level, part in (summary.get("evaluation_by_level") or {}).items():
+            lines.append(f"  level {int(level):>2}   pass@1 {rate(part['pass_at_1'])} "
+                         f"[{rate(part['ci_low'])}, {rate(part['ci_high'])}] on {part['tasks']} tasks")
     errors = summary.get("rollout_errors") or {}
     lines.append(f"errors       {sum(sum(v.values()) for v in errors.values())} rollouts "
                  f"({rate(summary.get('rollout_error_rate'))})" + (f": {errors}" if errors else ""))

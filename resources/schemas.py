@@ -226,11 +226,14 @@ class FailureSummaries(_RoundTable):
     evidence: str  # JSON: the deterministic facts the classification rests on
     produced_by: str
     phase: str = pa.Field(isin=["heldout_after", "validation"])  # which rollouts it summarizes
+    # What the task asked for: the operation at a warm-up level, else the capability (diagnosis/failures.task_skill).
+    skill: Optional[str] = pa.Field(nullable=True)  # null in rows written before skills were recorded
 
 
 class DiagnosisPatterns(_RoundTable):
     pattern_id: str = pa.Field(unique=True)
-    capability_id: str
+    # The capability of its tasks; null for a warm-up skill whose failures span families.
+    capability_id: Optional[str] = pa.Field(nullable=True)
     root_cause: str = pa.Field(isin=ROOT_CAUSES)
     count: int = pa.Field(ge=1)
     share: float = pa.Field(ge=0, le=1)
@@ -240,6 +243,8 @@ class DiagnosisPatterns(_RoundTable):
     summary_ids: Annotated[pl.List, pl.Utf8()]
     example_rollout_ids: Annotated[pl.List, pl.Utf8()]
     task_ids: Annotated[pl.List, pl.Utf8()]
+    # The skill its failures were grouped by (see FailureSummaries.skill); null in rows written before.
+    skill: Optional[str] = pa.Field(nullable=True)
 
 
 class RoundSummaries(_RoundTable):

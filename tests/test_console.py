@@ -69,14 +69,19 @@ def test_a_finished_round_fits_one_screen_and_says_where_to_look(tmp_path):
     summary = {"round": "round-0002", "seconds": {"total": 812.0}, "candidates": 24, "agent_free_passed": 20,
                "admitted": 9, "admission_rate": 0.375, "rollout_temperature": 0.95, "sft_examples": 31,
                "grpo_groups": 7, "heldout_pass_rate_before": 0.25, "heldout_pass_rate_after": 0.4,
-               "evaluation_tasks": 12, "evaluation_pass_at_1": 0.1, "evaluation_ci_low": 0.02,
-               "evaluation_ci_high": 0.3, "rollout_errors": {"validation": {"sandbox_error": 2}},
+               "evaluation_tasks": 96, "evaluation_pass_at_1": 0.1, "evaluation_ci_low": 0.02,
+               "evaluation_ci_high": 0.3,
+               "evaluation_by_level": {"-2": {"pass_at_1": 0.4167, "ci_low": 0.2447, "ci_high": 0.6117, "tasks": 24},
+                                       "0": {"pass_at_1": 0.0, "ci_low": 0.0, "ci_high": 0.1380, "tasks": 24}},
+               "rollout_errors": {"validation": {"sandbox_error": 2}},
                "rollout_error_rate": 0.01, "patterns": [{"count": 5, "description": "copying a file fails"}]}
     screen = round_screen(summary, tmp_path / "round-0002").splitlines()
     assert len(screen) <= 24
     assert screen[0] == "== round-0002 finished in 13.5min =="
     text = "\n".join(screen)
-    for figure in ("9 admitted (37.5%)", "25.0% -> 40.0%", "pass@1 10.0% [2.0%, 30.0%]", "2 rollouts (1.0%)",
+    for figure in ("9 admitted (37.5%)", "25.0% -> 40.0%", "pass@1 10.0% [2.0%, 30.0%] on all 96 fixed tasks",
+                   "level -2   pass@1 41.7% [24.5%, 61.2%] on 24 tasks", "level  0   pass@1 0.0% [0.0%, 13.8%] on 24 tasks",
+                   "2 rollouts (1.0%)",
                    "5 x copying a file fails", str(tmp_path / "round-0002" / "diagnosis_report.md"),
                    str(tmp_path / "round-0002" / "rounds_plot.png"), str(tmp_path / "round-0002" / "run.log")):
         assert figure in text, figure

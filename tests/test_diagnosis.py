@@ -11,6 +11,7 @@ from clawloop_assets.diagnosis.failures import (
     render_report,
     summarize_failures,
     summarize_with_model,
+    task_skill,
 )
 
 
@@ -54,6 +55,47 @@ def test_only_scored_failures_are_summarized_and_patterns_aggregate():
     report = render_report("round-0001", patterns, {"grouped_statistics": (1, 3)}, len(summaries))
     assert "computation_error" not in report or "wrote a deliverable with wrong content" in report
     assert "| grouped_statistics | 1 | 3 | 33.3% |" in report
+
+
+def test_a_warm_up_task_asks_for_its_operation_and_a_level_0_task_for_its_capability(tmp_path):
+    def bundle(name, meta):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "meta.json").write_text(meta if isinstance(meta, str) else json.dumps(meta))
+        return str(tmp_path / name)
+
+    copying = bundle("copy", {"operation": "copy_file", "file": "ledger.csv"})
+    assert task_skill("ledger_reconciliation", -2, copying) == "copy_file"
+    assert task_skill("ledger_reconciliation", -1, bundle("delete", {"operation": "delete_file"})) == "delete_file"
+    # Level -2 has no delete_file, and level 0 and up ask for the capability whatever meta.json says.
+    assert task_skill("ledger_reconciliation", -2, str(tmp_path / "delete")) == "ledger_reconciliation"
+    assert task_skill("ledger_reconciliation", 0, copying) == "ledger_reconciliation"
+    # A generator's meta.json is untrusted: no operation, an unknown one, a non-object, a bundle since removed.
+    for meta in ({}, {"operation": "rm -rf / | x"}, "[1, 2]", "not json"):
+        assert task_skill("log_analysis", -1, bundle(f"m{len(list(tmp_path.iterdir()))}", meta)) == "log_analysis"
+    assert task_skill("log_analysis", -1, str(tmp_path / "gone")) == "log_analysis"
+    assert task_skill("log_analysis", -1, None) == "log_analysis"
+
+
+def test_warm_up_failures_group_by_operation_across_families():
+    rollouts = [rollout("a", ["sudo cp ledger.csv backup.csv"], [1], MISSING, task="ledger"),
+                rollout("b", ["sudo cp plots.csv backup.csv"], [1], MISSING, task="plots"),
+                rollout("c", ["sudo cp plots.csv backup.csv"], [1], MISSING, task="level0")]
+    capability_of = {"ledger": "ledger_reconciliation", "plots": "grouped_statistics", "level0": "grouped_statistics"}
+    skill_of = {"ledger": "copy_file", "plots": "copy_file", "level0": "grouped_statistics"}
+    summaries = summarize_failures(rollouts, capability_of, skill_of)
+    assert [(s.capability_id, s.skill) for s in summaries] == [
+        ("ledger_reconciliation", "copy_file"), ("grouped_statistics", "copy_file"),
+        ("grouped_statistics", "grouped_statistics")]
+    copying, level0 = aggregate_patterns(summaries, "round-0001")
+    assert (copying.skill, copying.count, copying.task_ids, copying.capability_id) == (
+        "copy_file", 2, ["ledger", "plots"], None)
+    assert copying.pattern_id == "round-0001.copy_file.edit_error.0"
+    assert copying.description == "copying a file fails: ran a command that failed, e.g. `sudo cp ledger.csv backup.csv`"
+    assert (level0.skill, level0.capability_id) == ("grouped_statistics", "grouped_statistics")
+    assert level0.description.startswith("grouped_statistics fails: ran a command that failed")
+    # Without skills (a caller that has none), the capability is the skill.
+    assert [s.skill for s in summarize_failures(rollouts, capability_of)] == [
+        "ledger_reconciliation", "grouped_statistics", "grouped_statistics"]
 
 
 # --- Summaries by the loop model: schema, grounding, retries, the probe --------

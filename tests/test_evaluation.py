@@ -17,8 +17,12 @@ from clawloop_assets.evaluation.fixed_set import (
     ensure_own_set,
     evaluation_tasks,
     is_evaluation_seed,
+    level_figures,
     own_dir,
+    own_task_levels,
     pass_at_1,
+    pass_at_1_by_level,
+    planned_cells,
     planned_tasks,
     wilson_interval,
 )
@@ -134,10 +138,35 @@ def test_tasks_validated_only_in_their_own_image_are_named_and_never_loaded(claw
     assert any("1 imported task(s) validate only in their own image" in m and "needs-its-image" in m for m in said)
 
 
+def test_the_default_set_is_graded_with_a_seed_of_its_own_for_every_task():
+    """Levels -2 to 1 of every capability, two seeds each, one sample: each
+    level's interval rests on its own 26 tasks. Every seed is in the
+    reserved range and each level has seeds of its own, so a warm-up task
+    (one step on the family's level-0 workspace drawn from its seed) never
+    shares its workspace with a level-0 task of the set."""
+    loop = LoopConfig()
+    planned = planned_tasks(loop.evaluation_set())
+    capabilities = {c.id for c in round_capabilities(ROUTES)}
+    assert (loop.evaluation_samples, len(capabilities)) == (1, 13)
+    cells = {(g.capability, g.difficulty) for g, _ in planned}
+    assert cells == {(c, level) for c in capabilities for level in (-2, -1, 0, 1)} and len(planned) == 104
+    assert len({task_id_for("evaluation", g, s) for g, s in planned}) == len(planned)
+    assert all(is_evaluation_seed(s) for _, s in planned)
+    by_level = {}
+    for generator, seed in planned:
+        by_level.setdefault(generator.difficulty, set()).add(seed)
+    assert all(len(s) == 2 for s in by_level.values())  # two seeds per level, shared by the capabilities
+    assert not set.intersection(*by_level.values())
+
+
 def test_no_round_ever_draws_an_evaluation_seed_or_task(clawloop_home):
     """Synthesis seeds (round * 1000 + j) stay below the reserved range for every
-    round number, even with far more candidates per round than any profile uses."""
-    evaluation_plan = planned_tasks(LoopConfig(evaluation_levels=[-2, -1, 0, 1, 5], evaluation_seeds_per_cell=3).evaluation_set())
+    round number, even with far more candidates per round than any profile uses:
+    for the default set, and for one of more levels and seeds."""
+    evaluation_plan = [draw for spec in (LoopConfig().evaluation_set(), LoopConfig(
+        evaluation_levels=[-2, -1, 0, 1, 5], evaluation_seeds_per_cell=3).evaluation_set())
+        for cell in planned_cells(spec) for draw in cell]  # every draw a cell may fall back to
+    assert {g.difficulty for g, _ in evaluation_plan} == {-2, -1, 0, 1, 5}
     evaluation_ids = {task_id_for("evaluation", g, s) for g, s in evaluation_plan}
     assert all(is_evaluation_seed(s) and s < 2**31 for _, s in evaluation_plan)
     warehouse = DuckDBWarehouse()
@@ -153,6 +182,32 @@ def test_no_round_ever_draws_an_evaluation_seed_or_task(clawloop_home):
         seeds = [seed for _, seed in assignments]
         assert max(seeds) < EVALUATION_SEED_BASE and not any(is_evaluation_seed(s) for s in seeds), key
         assert not evaluation_ids & {task_id_for(key, spec, seed) for spec, seed in assignments}
+
+
+def test_a_cell_whose_first_draw_cannot_be_built_takes_its_next_in_every_home(tmp_path, monkeypatch):
+    """The domain route's level-1 graph for the second seed of this cell has
+    no grounding in the domain that seed picks (the generator says so): the
+    cell takes its next draw, a seed no other cell uses, the same in every
+    home, and the set verifies as built from then on."""
+    spec = EvaluationSetSpec(capabilities=("domain_workflow",), levels=(1,), seeds_per_cell=2)
+    cells = planned_cells(spec)
+    assert [len(cell) for cell in cells] == [8, 8]
+    seeds = [seed for cell in cells for _, seed in cell]
+    assert len(set(seeds)) == len(seeds)
+    built = {}
+    for name in ("first", "second"):
+        monkeypatch.setenv("CLAWLOOP_HOME", str(tmp_path / name))
+        said = []
+        _, tasks = ensure_own_set(BubblewrapSandbox(), spec, said.append)
+        built[name] = sorted(t.task_id for t in tasks)
+        assert len(tasks) == 2
+        fell_back = [m for m in said if "took the cell's next draw" in m]
+        assert len(fell_back) == 1 and "no grounding" in fell_back[0], said
+        assert task_id_for("evaluation", *cells[1][0]) not in built[name]
+        said.clear()
+        ensure_own_set(BubblewrapSandbox(), spec, said.append)
+        assert said == []  # verified, nothing rebuilt
+    assert built["first"] == built["second"]
 
 
 def test_wilson_interval_by_hand():
@@ -200,6 +255,42 @@ def test_pass_at_1_averages_each_tasks_samples_then_the_tasks():
     assert (nothing.pass_at_1, nothing.ci_low, nothing.ci_high, nothing.tasks) == (None, None, None, 0)
 
 
+def test_pass_at_1_by_level_splits_the_own_set_and_leaves_imports_out():
+    frame = _rollouts({
+        "w1": [("scored", 1.0)], "w2": [("scored", 1.0)], "w3": [("scored", 0.0)],  # level -2: 2/3
+        "z1": [("scored", 0.0)], "z2": [("sandbox_error", None)],  # level 0: 0/2, the error a task all the same
+        "harbor.x": [("scored", 1.0)],  # an imported benchmark's: no level of ours
+    })
+    levels = {"w1": -2, "w2": -2, "w3": -2, "z1": 0, "z2": 0}
+    by_level = pass_at_1_by_level(frame, levels)
+    assert list(by_level) == [-2, 0]
+    warm = by_level[-2]
+    assert (warm.pass_at_1, warm.tasks) == (pytest.approx(0.6667), 3)
+    assert (warm.ci_low, warm.ci_high) == tuple(round(x, 4) for x in wilson_interval(2 / 3, 3))
+    assert (by_level[0].pass_at_1, by_level[0].tasks, by_level[0].errors) == (0.0, 2, 1)
+    assert level_figures(by_level) == {
+        "-2": {"pass_at_1": warm.pass_at_1, "ci_low": warm.ci_low, "ci_high": warm.ci_high, "tasks": 3},
+        "0": {"pass_at_1": 0.0, "ci_low": 0.0, "ci_high": by_level[0].ci_high, "tasks": 2}}
+
+
+def test_a_graded_set_records_each_tasks_level_and_its_warm_up_tasks_their_operation(clawloop_home):
+    """Built on the real sandbox and generators: the manifest's level of each
+    task (what splits the round's figure) is the bundle's, and a warm-up
+    task's meta.json names the operation it asks for (what the diagnosis
+    groups by)."""
+    from clawloop_assets.diagnosis.failures import OPERATION_PHRASE, task_skill
+
+    spec = EvaluationSetSpec(capabilities=("grouped_statistics", "config_edits"), levels=(-2, -1, 0, 1))
+    assert own_task_levels() == {}  # nothing built yet
+    _, tasks = ensure_own_set(BubblewrapSandbox(), spec)
+    levels = own_task_levels()
+    assert levels == {t.task_id: t.bundle.difficulty for t in tasks}
+    assert sorted(levels.values()) == [-2, -2, -1, -1, 0, 0, 1, 1]
+    for task in tasks:
+        skill = task_skill(task.capability, task.bundle.difficulty, task.bundle.root)
+        assert (skill in OPERATION_PHRASE) == (task.bundle.difficulty < 0), (task.task_id, skill)
+
+
 def test_errors_never_raise_pass_at_1():
     # Two tasks, five samples each, one honest pass: 0.1. The same failures
     # turned into verifier errors must not read better (they read 1.0 when
@@ -234,7 +325,8 @@ def test_the_evaluation_asset_with_the_real_model(clawloop_home, base_checkpoint
     warehouse.replace("checkpoints", table_frame("checkpoints", [
         {"round": key, "checkpoint_id": ckpt, "kind": "policy", "path": str(base_checkpoint_dir),
          "parent_checkpoint_id": None}]), {"round": key, "kind": "policy"})
-    loop = LoopConfig(evaluation_capabilities=["grouped_statistics", "entity_resolution"], evaluation_samples=3)
+    loop = LoopConfig(evaluation_capabilities=["grouped_statistics", "entity_resolution"], evaluation_levels=[-1, 0],
+                      evaluation_seeds_per_cell=1, evaluation_samples=3)
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("rounds", [key])
     result = dg.materialize(round_assets, selection="evaluation", partition_key=key, instance=instance, resources={
@@ -244,8 +336,8 @@ def test_the_evaluation_asset_with_the_real_model(clawloop_home, base_checkpoint
     [materialization] = result.asset_materializations_for_node("evaluation")
     metadata = {k: v.value for k, v in materialization.metadata.items()}
     rollouts = warehouse.read("rollouts", {"round": key, "phase": "evaluation"})
-    assert rollouts.height == 2 * 3 and set(rollouts["checkpoint_id"]) == {ckpt}
-    assert metadata["evaluation_tasks"] == 2 and metadata["own_tasks"] == 2 and metadata["imported_tasks"] == 0
+    assert rollouts.height == 4 * 3 and set(rollouts["checkpoint_id"]) == {ckpt}
+    assert metadata["evaluation_tasks"] == 4 and metadata["own_tasks"] == 4 and metadata["imported_tasks"] == 0
     # Every sample counts: one that errored is not a pass.
     per_task = [rollouts.filter((rollouts["task_id"] == t) & (rollouts["status"] == "scored"))["reward"].sum() / 3
                 for t in sorted(set(rollouts["task_id"]))]
@@ -253,5 +345,15 @@ def test_the_evaluation_asset_with_the_real_model(clawloop_home, base_checkpoint
     assert metadata["error_rollouts"] == int((rollouts["status"] != "scored").sum())
     assert metadata["evaluation_ci_low"] <= metadata["evaluation_pass_at_1"] <= metadata["evaluation_ci_high"]
     assert "| evaluation.grouped_statistics." in metadata["per_task"] and "/3 |" in metadata["per_task"]
+    # Each level apart, two tasks each, its figure the mean of its tasks' (the own set has no other).
+    levels = own_task_levels()
+    by_level = metadata["evaluation_by_level"]
+    assert list(by_level) == ["-1", "0"] and all(part["tasks"] == 2 for part in by_level.values())
+    for level in (-1, 0):
+        mine = [rate for t, rate in zip(sorted(set(rollouts["task_id"])), per_task) if levels[t] == level]
+        assert by_level[str(level)]["pass_at_1"] == pytest.approx(sum(mine) / 2, abs=1e-4)
+        assert metadata[f"pass_at_1[L{level}]"] == by_level[str(level)]["pass_at_1"]
+        assert metadata[f"ci_low[L{level}]"] <= metadata[f"pass_at_1[L{level}]"] <= metadata[f"ci_high[L{level}]"]
+    assert "| -1 | 2 |" in metadata["by_level"] and "| 0 | 2 |" in metadata["by_level"]
     [cost] = warehouse.read("cost_ledger", {"round": key, "phase": "evaluation"}).iter_rows(named=True)
-    assert cost["rollouts"] == 6 and cost["tokens"] > 0 and cost["wall_seconds"] > 0
+    assert cost["rollouts"] == 12 and cost["tokens"] > 0 and cost["wall_seconds"] > 0

@@ -235,17 +235,18 @@ def test_the_pattern_table_has_one_row_per_pattern_with_its_ids_and_links(wareho
     assert ids[3] == f"{T1}.heldout_after.0, {T2}.heldout_after.0"  # the pattern's examples
     assert ids[4] == ", ".join(sorted([T1, T2]))
     assert ids[5] == f"{STATS}.library.L0, {STATS}.sales.L0"
-    assert ids[6] == STATS and ids[7] == "library, sales"
-    assert [cell.split(" in ")[0] for cell in rows[1][4:7]] == [T3, f"{FILES}.sales.L1", FILES]
+    # The skill (rows written before skills were recorded: the capability), then the tasks' capabilities.
+    assert ids[6] == STATS and ids[7] == STATS and ids[8] == "library, sales"
+    assert [cell.split(" in ")[0] for cell in rows[1][4:8]] == [T3, f"{FILES}.sales.L1", FILES, FILES]
     page = "/assets/{}?view=partitions&partition=" + R1
     # The summaries are of held-out rollouts: the trained policy's, written by diagnosis_rollouts.
     assert compute[3].endswith(f" in [diagnosis_rollouts]({page.format('diagnosis_rollouts')})")
     assert compute[4].endswith(f" in [candidate_tasks]({page.format('candidate_tasks')}) "
                                f"[admitted_tasks]({page.format('admitted_tasks')})")
     assert compute[5].endswith(f" in [task_generators]({page.format('task_generators')})")
-    assert compute[6].endswith(f" in [capability_catalog]({page.format('capability_catalog')})")
-    assert compute[7].endswith(f" in [domain_catalog]({page.format('domain_catalog')})")
-    assert compute[8].rstrip(" |") == f"`clawloop lineage {P_COMPUTE}`"
+    assert compute[7].endswith(f" in [capability_catalog]({page.format('capability_catalog')})")
+    assert compute[8].endswith(f" in [domain_catalog]({page.format('domain_catalog')})")
+    assert compute[9].rstrip(" |") == f"`clawloop lineage {P_COMPUTE}`"
     assert pattern_lineage_table(warehouse, R2) == f"No failure patterns in {R2}.\n"
 
 
@@ -305,3 +306,60 @@ def test_the_diagnosis_report_links_each_pattern_to_its_lineage(clawloop_home):
         assert pattern_id in table
         chain = lineage(warehouse, pattern_id)
         assert set(chain.ids("tasks")) <= {T1, T2, T3} and chain.capabilities
+
+
+def test_a_warm_up_skill_pattern_spans_families_and_its_lineage_reaches_each(clawloop_home):
+    """Two families' warm-up tasks that ask for the same operation (their
+    meta.json names it, as one_step_task writes it) fail alike: the
+    diagnosis report, the asset itself, groups them in one pattern named by
+    the operation, and the lineage goes from it to both tasks and both
+    capabilities. A task at level 0 stays grouped by its capability, and a
+    meta.json naming no operation of its level does not make one up."""
+    from clawloop_assets.assets.diagnosis import diagnosis_report
+    from clawloop_assets.loop_config import LoopConfig
+    from resources import paths
+    from resources.embedded_policy import EmbeddedPolicyModel
+
+    R3 = "round-0003"
+    generators = {f"{STATS}.sales.L-1": (STATS, "sales", -1), f"{FILES}.library.L-2": (FILES, "library", -2),
+                  f"{STATS}.library.L0": (STATS, "library", 0), f"{FILES}.sales.L-1": (FILES, "sales", -1)}
+    operations = ["copy_file", "copy_file", "copy_file", "rm -rf /"]
+    tasks, rollouts = [], []
+    for i, ((generator, (capability, domain, level)), operation) in enumerate(zip(generators.items(), operations)):
+        task_id = f"{R3}.{generator}.s{3000 + i}"
+        bundle = clawloop_home / "bundles" / task_id
+        bundle.mkdir(parents=True)
+        (bundle / "meta.json").write_text(json.dumps({"operation": operation}))
+        tasks.append({**task_row(R3, task_id, list(GENERATORS)[0]), "generator_id": generator,
+                      "capability_id": capability, "domain_id": domain, "difficulty": level,
+                      "bundle_path": str(bundle)})
+        rollouts.append(rollout_row(R3, task_id, "heldout_after", 0, commands=("sudo cp data.csv backup.csv",)))
+    catalog = catalog_rows(R3, [])
+    for table, rows in {**catalog, "tasks": tasks, "rollouts": rollouts}.items():
+        DuckDBWarehouse().replace(table, table_frame(table, rows), {"round": R3})
+    warehouse = DuckDBWarehouse()
+    paths.round_dir(R3).mkdir(parents=True)
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("rounds", [R3])
+    result = dg.materialize([diagnosis_report], partition_key=R3, instance=instance, resources={
+        "warehouse": warehouse, "policy": EmbeddedPolicyModel(), "loop": LoopConfig(model_failure_summaries=False)})
+    assert result.success
+    [t1, t2, t3, t4] = [t["task_id"] for t in tasks]
+    summaries = warehouse.read("failure_summaries", {"round": R3})
+    assert dict(zip(summaries["task_id"], summaries["skill"])) == {t1: "copy_file", t2: "copy_file", t3: STATS,
+                                                                   t4: FILES}
+    patterns = {p["skill"]: p for p in warehouse.read("diagnosis_patterns", {"round": R3}).iter_rows(named=True)}
+    assert set(patterns) == {"copy_file", STATS, FILES}
+    copying = patterns["copy_file"]
+    assert copying["task_ids"] == sorted([t1, t2]) and copying["capability_id"] is None
+    assert copying["pattern_id"].startswith(f"{R3}.copy_file.")
+    assert copying["description"].startswith("copying a file fails: ")
+    assert patterns[STATS]["capability_id"] == STATS and patterns[STATS]["description"].startswith(f"{STATS} fails: ")
+    chain = lineage(warehouse, copying["pattern_id"])
+    assert chain.ids("tasks") == sorted([t1, t2])
+    assert chain.ids("capabilities") == sorted([FILES, STATS]) and chain.patterns[0].skill == "copy_file"
+    row = next(line.split(" | ") for line in pattern_lineage_table(warehouse, R3).splitlines()[2:]
+               if copying["pattern_id"] in line)
+    assert row[6] == "copy_file" and row[7].split(" in ")[0] == f"{FILES}, {STATS}"
+    report = (paths.round_dir(R3) / "diagnosis_report.md").read_text()
+    assert "| copying a file | 0 | 2 | 0.0% |" in report and f"| {STATS} | 0 | 1 | 0.0% |" in report

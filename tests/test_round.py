@@ -88,7 +88,8 @@ def test_the_round_summary_holds_every_figure_and_they_add_up(finished_round):
                   "train_pass_rate_before", "train_pass_rate_after", "heldout_pass_rate_before",
                   "heldout_pass_rate_after", "patterns", "seconds", "policy_checkpoint_id", "diagnosis_report_id",
                   "mean_turns", "rollouts_per_admitted_task", "candidates_by_route",
-                  "evaluation_pass_at_1", "evaluation_ci_low", "evaluation_ci_high", "evaluation_tasks"]:
+                  "evaluation_pass_at_1", "evaluation_ci_low", "evaluation_ci_high", "evaluation_tasks",
+                  "evaluation_by_level"]:
         assert field in summary, field
     candidates = SMALL_ROUND.candidates_per_round
     assert summary["candidates"] == candidates
@@ -119,10 +120,14 @@ def test_the_round_summary_holds_every_figure_and_they_add_up(finished_round):
 @pytest.mark.slow
 def test_the_evaluation_set_ran_on_the_trained_policy_and_shares_no_task(finished_round):
     summary = summary_of(finished_round)
-    assert summary["evaluation_tasks"] == 2
+    assert summary["evaluation_tasks"] == 4
     assert summary["evaluation_ci_low"] <= summary["evaluation_pass_at_1"] <= summary["evaluation_ci_high"]
+    # The graded set: each level's figure apart, over its own two tasks.
+    by_level = summary["evaluation_by_level"]
+    assert list(by_level) == ["-1", "0"] and [part["tasks"] for part in by_level.values()] == [2, 2]
+    assert all(part["ci_low"] <= part["pass_at_1"] <= part["ci_high"] for part in by_level.values())
     evaluated = DuckDBWarehouse().read("rollouts", {"round": ROUND_ONE, "phase": "evaluation"})
-    assert evaluated.height == 2 * 2 and set(evaluated["checkpoint_id"]) == {summary["policy_checkpoint_id"]}
+    assert evaluated.height == 4 * 1 and set(evaluated["checkpoint_id"]) == {summary["policy_checkpoint_id"]}
     candidates = DuckDBWarehouse().read("tasks", {"round": ROUND_ONE})
     assert not set(evaluated["task_id"]) & set(candidates["task_id"])
     assert not any(is_evaluation_seed(seed) for seed in candidates["seed"])

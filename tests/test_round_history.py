@@ -7,6 +7,7 @@ from clawloop_assets.reporting.round_history import (
     RoundFigures,
     history_metadata,
     history_table,
+    level_color,
     round_history,
     validation_effort,
 )
@@ -21,7 +22,10 @@ SUMMARIES = {
                    "rollout_temperature": 0.85},
     "round-0003": {"admission_rate": 0.125, "mean_turns": 3.0, "rollouts_per_admitted_task": 64.0,
                    "heldout_pass_rate_before": None, "heldout_pass_rate_after": None,
-                   "evaluation_pass_at_1": 0.0, "evaluation_ci_low": 0.0, "evaluation_ci_high": 0.2425},
+                   "evaluation_pass_at_1": 0.0, "evaluation_ci_low": 0.0, "evaluation_ci_high": 0.2425,
+                   # The graded set (its first round): pass@1 per level of the own set.
+                   "evaluation_by_level": {"-2": {"pass_at_1": 0.5, "ci_low": 0.3, "ci_high": 0.7, "tasks": 24},
+                                           "0": {"pass_at_1": 0.0, "ci_low": 0.0, "ci_high": 0.138, "tasks": 24}}},
     # Past the round being summarized: not in its history.
     "round-0004": {"admission_rate": 0.9, "mean_turns": 1.0, "rollouts_per_admitted_task": 8.0,
                    "heldout_pass_rate_before": 0.5, "heldout_pass_rate_after": 0.6},
@@ -41,7 +45,8 @@ def test_history_is_every_round_up_to_the_current_one_in_order(warehouse):
     assert round_history(warehouse, "round-0003") == [
         RoundFigures("round-0001", 0.25, None, None, 0.1, 0.2),
         RoundFigures("round-0002", 0.5, 2.5, 16.0, 0.2, 0.35, 0.15, 0.04, 0.42, 0.85),
-        RoundFigures("round-0003", 0.125, 3.0, 64.0, None, None, 0.0, 0.0, 0.2425),
+        RoundFigures("round-0003", 0.125, 3.0, 64.0, None, None, 0.0, 0.0, 0.2425, None,
+                     SUMMARIES["round-0003"]["evaluation_by_level"]),
     ]
     assert [row.round for row in round_history(warehouse, "round-0001")] == ["round-0001"]
 
@@ -50,11 +55,15 @@ def test_history_table_has_a_row_per_round(warehouse):
     table = history_table(round_history(warehouse, "round-0003")).value
     lines = table.splitlines()
     assert lines[0].startswith("| round | admission rate |")
+    # A column per level some round has a figure for; rounds before the graded set have none.
+    assert "| evaluation pass@1 [95% CI] | level -2 pass@1 [95% CI] | level 0 pass@1 [95% CI] |" in lines[0]
     assert lines[2:] == [
-        "| round-0001 | 0.25 | – | – | 0.1 | 0.2 | – | – |",
-        "| round-0002 | 0.5 | 2.5 | 16.0 | 0.2 | 0.35 | 0.15 [0.04, 0.42] | 0.85 |",
-        "| round-0003 | 0.125 | 3.0 | 64.0 | – | – | 0.0 [0.0, 0.2425] | – |",
+        "| round-0001 | 0.25 | – | – | 0.1 | 0.2 | – | – | – | – |",
+        "| round-0002 | 0.5 | 2.5 | 16.0 | 0.2 | 0.35 | 0.15 [0.04, 0.42] | – | – | 0.85 |",
+        "| round-0003 | 0.125 | 3.0 | 64.0 | – | – | 0.0 [0.0, 0.2425] | 0.5 [0.3, 0.7] | 0.0 [0.0, 0.138] | – |",
     ]
+    # Without any per-level figure, the table has no level columns.
+    assert "level" not in history_table(round_history(warehouse, "round-0002")).value.splitlines()[0]
 
 
 def test_plot_is_a_png_on_disk_and_inline(warehouse, tmp_path):
@@ -71,10 +80,9 @@ def test_plot_is_a_png_on_disk_and_inline(warehouse, tmp_path):
     assert "round-0002" in metadata["rounds_table"].value
 
 
-def _admission_marker_height(png: bytes) -> float:
-    """Mean row (0 = top) of the admission-rate line's colour (matplotlib's
-    first, tab:blue) in the right half of the upper panel, where round 2's
-    point sits clear of the legend."""
+def _marker_height(png: bytes, rgb, panel: int, what: str) -> float:
+    """Mean row (0 = top) of colour `rgb` (0..1) in the right half of panel
+    `panel` (0 = top of the three), where round 2's point sits clear of the legend."""
     import io
 
     import numpy as np
@@ -82,10 +90,16 @@ def _admission_marker_height(png: bytes) -> float:
 
     image = imread(io.BytesIO(png))[..., :3]
     height, width = image.shape[:2]
-    blue = np.all(np.abs(image - np.array([0x1F, 0x77, 0xB4]) / 255) < 0.03, axis=-1)
-    rows, columns = np.nonzero(blue[: height // 2, width // 2:])
-    assert rows.size, "no admission-rate point drawn in the upper panel"
+    band = slice(panel * height // 3, (panel + 1) * height // 3)
+    found = np.all(np.abs(image - np.array(rgb[:3])) < 0.03, axis=-1)
+    rows, columns = np.nonzero(found[band, width // 2:])
+    assert rows.size, f"no {what} point drawn in panel {panel}"
     return float(rows.mean())
+
+
+def _admission_marker_height(png: bytes) -> float:
+    """Where the admission-rate line (matplotlib's first colour, tab:blue) sits in the upper panel."""
+    return _marker_height(png, [0x1F / 255, 0x77 / 255, 0xB4 / 255], 0, "admission-rate")
 
 
 def test_the_plot_draws_the_admission_rate_where_its_value_is(tmp_path):
@@ -96,6 +110,21 @@ def test_the_plot_draws_the_admission_rate_where_its_value_is(tmp_path):
     high, low = _admission_marker_height(plot(0.9)), _admission_marker_height(plot(0.1))
     # Rates run 0 to 1 up the panel: 0.9 is drawn well above 0.1.
     assert high < low - 40, (high, low)
+
+
+def test_the_plot_draws_each_evaluation_level_where_its_value_is(tmp_path):
+    def plot(rate):
+        levels = {"-1": {"pass_at_1": rate, "ci_low": rate, "ci_high": rate, "tasks": 24}}
+        history = [RoundFigures(f"round-000{k}", None, None, None, None, None, evaluation_by_level=levels)
+                   for k in (1, 2)]
+        return history_metadata(history, tmp_path / f"{rate}.png") and (tmp_path / f"{rate}.png").read_bytes()
+
+    color = level_color(-1)
+    high = _marker_height(plot(0.9), color, 1, "level -1")
+    low = _marker_height(plot(0.1), color, 1, "level -1")
+    assert high < low - 25, (high, low)
+    # Each level its own colour.
+    assert len({level_color(level) for level in range(-2, 6)}) == 8
 
 
 def test_a_single_round_with_no_figures_still_plots(tmp_path):

@@ -26,8 +26,16 @@ from clawloop_assets.diagnosis.failures import (
     session_summarizer,
     summarize_failures,
     summarize_with_model,
+    task_skill,
 )
-from clawloop_assets.evaluation.fixed_set import ERROR_STATUSES, pass_at_1, rollout_errors
+from clawloop_assets.evaluation.fixed_set import (
+    ERROR_STATUSES,
+    level_figures,
+    own_task_levels,
+    pass_at_1,
+    pass_at_1_by_level,
+    rollout_errors,
+)
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.markdown import markdown_table
 from clawloop_assets.partitions import round_partitions
@@ -81,13 +89,16 @@ def diagnosis_report(context: dg.AssetExecutionContext, warehouse: Warehouse, po
         rollouts = warehouse.read("rollouts", {"round": key, "phase": "heldout_after"})
         tasks = warehouse.read("tasks", {"round": key})
         capability_of = dict(zip(tasks["task_id"], tasks["capability_id"]))
+        # What each task asked for: the operation at a warm-up level, else the capability.
+        skill_of = {row["task_id"]: task_skill(row["capability_id"], row["difficulty"], row["bundle_path"])
+                    for row in tasks.iter_rows(named=True)}
         diagnosed = rollouts
         if loop.diagnose_unsolved_candidates:
             admissions = warehouse.read("admissions", {"round": key})
             unsolved = set(admissions.filter(pl.col("pass_count") == 0)["task_id"]) if admissions.height else set()
             validation = warehouse.read("rollouts", {"round": key, "phase": "validation"})
             diagnosed = pl.concat([rollouts, validation.filter(pl.col("task_id").is_in(sorted(unsolved)))])
-        summaries = summarize_failures(diagnosed.iter_rows(named=True), capability_of)
+        summaries = summarize_failures(diagnosed.iter_rows(named=True), capability_of, skill_of)
         model_stats = None
         if loop.model_failure_summaries and summaries:
             ref = round_policy(warehouse, key, "policy")
@@ -103,10 +114,10 @@ def diagnosis_report(context: dg.AssetExecutionContext, warehouse: Warehouse, po
             context.log.info(f"loop model summaries: {model_stats.valid} valid of {model_stats.asked} asked")
         patterns = aggregate_patterns(summaries, key, embed=sentence_embeddings.embed)
         scored = rollouts.filter(pl.col("status") == "scored").with_columns(
-            capability_id=pl.col("task_id").replace_strict(capability_of))
-        by_capability = {row["capability_id"]: (int(row["passed"]), int(row["total"])) for row in scored.group_by("capability_id").agg(
+            skill=pl.col("task_id").replace_strict(skill_of))
+        by_skill = {row["skill"]: (int(row["passed"]), int(row["total"])) for row in scored.group_by("skill").agg(
             passed=pl.col("reward").sum(), total=pl.len()).iter_rows(named=True)}
-        report = render_report(key, patterns, by_capability, len(summaries), model_stats,
+        report = render_report(key, patterns, by_skill, len(summaries), model_stats,
                                Counter(s.phase for s in summaries))
     summary_rows = [{"round": key, **{k: v for k, v in s.__dict__.items() if k != "evidence"}, "evidence": json.dumps(s.evidence)}
                     for s in summaries]
@@ -151,8 +162,13 @@ def round_summary(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg
     patterns = warehouse.read("diagnosis_patterns", {"round": key})
     ledger = warehouse.read("cost_ledger", {"round": key})
     admitted = int(admissions["admitted"].sum()) if admissions.height else 0
-    # The fixed evaluation set's figure (clawloop_assets/evaluation/fixed_set.py); None before any evaluation rollout.
-    evaluated = pass_at_1(rollouts.filter(pl.col("phase") == "evaluation"))
+    # The fixed evaluation set's figures (clawloop_assets/evaluation/fixed_set.py): pooled over every task of the
+    # set, and per level of our own set; None before any evaluation rollout.
+    evaluation_rollouts = rollouts.filter(pl.col("phase") == "evaluation")
+    evaluated = pass_at_1(evaluation_rollouts)
+    evaluated_ids = set(evaluation_rollouts["task_id"])
+    evaluated_levels = pass_at_1_by_level(
+        evaluation_rollouts, {t: level for t, level in own_task_levels().items() if t in evaluated_ids})
     summary = {
         "round": key,
         "candidates": tasks.height,
@@ -176,6 +192,7 @@ def round_summary(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg
         "evaluation_ci_low": evaluated.ci_low,
         "evaluation_ci_high": evaluated.ci_high,
         "evaluation_tasks": evaluated.tasks,
+        "evaluation_by_level": level_figures(evaluated_levels),
         # Harness errors (never scores) per phase, and their share of every rollout of the round.
         "rollout_errors": _rollout_errors_by_phase(rollouts),
         "rollout_error_rate": round(float(rollouts["status"].is_in(list(ERROR_STATUSES)).mean()), 4)

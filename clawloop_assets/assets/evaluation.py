@@ -12,7 +12,9 @@ from clawloop_assets.cost import measure
 from clawloop_assets.evaluation.fixed_set import (
     evaluation_tasks,
     image_only_tasks,
+    level_figures,
     pass_at_1,
+    pass_at_1_by_level,
     pass_at_1_by_set,
     rollout_errors,
 )
@@ -41,7 +43,8 @@ def evaluation(context: dg.AssetExecutionContext, warehouse: Warehouse, sandbox:
                loop: LoopConfig) -> dg.MaterializeResult:
     """pass@1 (averaged over k samples per task, the paper's Avg@k) of the
     round's trained policy on the fixed evaluation set no round trains on:
-    our own held-out families plus any imported tasks, with a 95% interval."""
+    our own held-out families plus any imported tasks, with a 95% interval;
+    over the whole set, per task set, and per level of our own set."""
     key = context.partition_key
     ref = round_policy(warehouse, key, "policy")
     settings = loop.agent_settings()
@@ -65,7 +68,8 @@ def evaluation(context: dg.AssetExecutionContext, warehouse: Warehouse, sandbox:
     record_cost(warehouse, key, cost)
     score = pass_at_1(frame)
     by_task = {t.task_id: t for t in tasks}
-    # None (no scored rollout at all) is left out of the metadata.
+    # None (no scored rollout at all) is left out of the metadata. The pooled
+    # figure is over every task of the set (every level, imported tasks too).
     figure = {"evaluation_pass_at_1": score.pass_at_1, "evaluation_ci_low": score.ci_low, "evaluation_ci_high": score.ci_high}
     # Each task set apart as well (our own set, each imported benchmark), one
     # numeric entry per set so that it plots round over round.
@@ -73,6 +77,11 @@ def evaluation(context: dg.AssetExecutionContext, warehouse: Warehouse, sandbox:
     for name, part in by_set.items():
         figure.update({f"pass_at_1[{name}]": part.pass_at_1, f"ci_low[{name}]": part.ci_low,
                        f"ci_high[{name}]": part.ci_high})
+    # Our own set level by level (imported benchmarks stay apart, above): the ladder.
+    by_level = pass_at_1_by_level(frame, {t.task_id: t.bundle.difficulty for t in tasks if t.source == "own"})
+    for level, part in by_level.items():
+        figure.update({f"pass_at_1[L{level}]": part.pass_at_1, f"ci_low[L{level}]": part.ci_low,
+                       f"ci_high[L{level}]": part.ci_high})
     return dg.MaterializeResult(metadata={
         **{name: value for name, value in figure.items() if value is not None},
         "interval": "95% Wilson score interval over tasks (clawloop_assets/evaluation/fixed_set.py: pass_at_1)",
@@ -83,6 +92,9 @@ def evaluation(context: dg.AssetExecutionContext, warehouse: Warehouse, sandbox:
         "imported_tasks_not_evaluated": len(image_only_tasks()),
         "by_task_set": markdown_table(["task set", "tasks", "pass@1", "95% interval"], [
             (name, part.tasks, part.pass_at_1, f"[{part.ci_low}, {part.ci_high}]") for name, part in by_set.items()]),
+        "by_level": markdown_table(["level (own set)", "tasks", "pass@1", "95% interval"], [
+            (level, part.tasks, part.pass_at_1, f"[{part.ci_low}, {part.ci_high}]") for level, part in by_level.items()]),
+        "evaluation_by_level": dg.MetadataValue.json(level_figures(by_level)),
         "samples_per_task": loop.evaluation_samples,
         # Errored samples count as not passed (never dropped); checks.py blocks a round with too many.
         "error_rollouts": score.errors,
@@ -92,7 +104,8 @@ def evaluation(context: dg.AssetExecutionContext, warehouse: Warehouse, sandbox:
         "seed": evaluation_sampling_seed(loop),
         "set_seconds": round(set_seconds, 2),
         "seconds": round(cost.wall_seconds, 2),
-        "per_task": markdown_table(["task", "task set", "capability", "passes / k", "scored", "errors"], [
+        "per_task": markdown_table(["task", "task set", "capability", "level", "passes / k", "scored", "errors"], [
             (r["task_id"], by_task[r["task_id"]].task_set, by_task[r["task_id"]].capability,
+             by_task[r["task_id"]].bundle.difficulty,
              f"{r['passes']}/{r['samples']}", r["scored"], r["errors"]) for r in score.per_task.iter_rows(named=True)]),
     })

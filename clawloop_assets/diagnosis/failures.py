@@ -9,9 +9,13 @@ against the schema and the evidence, retried when invalid; where it cannot
 produce valid ones (the embedded 135M model cannot), the evidence rules
 classify on their own. Every summary records what produced it.
 
-Summaries are then grouped by capability and root cause, and clustered by
+Summaries are then grouped by skill and root cause, and clustered by
 meaning within a group (sentence embeddings of the failing command, its
 error and the failed check, with file names and values abstracted away).
+The skill is what the task asked for: at a warm-up level the operation
+(copying a file, counting characters, ...), which every family hosts on its
+own files, so that one habit failing across families is one pattern; at
+level 0 and up the capability (the family) itself.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from clawloop_assets.synthesis.generators.generator_common import WARMUP_OPERATIONS
+from clawloop_assets.task_bundle import warmup_operation
 from resources.schemas import ROOT_CAUSES
 
 PRODUCED_BY_EVIDENCE = "evidence_rules"
@@ -45,6 +51,34 @@ ROOT_CAUSE_PHRASE = {
     "environment_error": "hit an environment failure",
 }
 _MISSING_WORDS = ("missing", "not found", "does not exist", "no such file", "absent")
+# The warm-up operations (generator_common.OPERATIONS) as a plan line names them.
+OPERATION_PHRASE = {
+    "append_word": "appending a word to a file",
+    "count_characters": "counting a file's characters",
+    "copy_file": "copying a file",
+    "delete_file": "deleting a file",
+}
+
+
+def task_skill(capability_id: str, difficulty: int, bundle_path: str | None) -> str:
+    """What a task asks for: at a warm-up level the operation its meta.json
+    names (one_step_task writes it), else its capability. The meta.json is a
+    generator's output: an operation the level does not have (or none, or a
+    bundle since removed) falls back to the capability, so nothing but a
+    known operation name reaches a pattern id or the report."""
+    if difficulty in WARMUP_OPERATIONS:
+        try:
+            operation = warmup_operation(bundle_path)
+        except (OSError, ValueError, AttributeError):
+            operation = None
+        if operation in WARMUP_OPERATIONS[difficulty]:
+            return operation
+    return capability_id
+
+
+def skill_phrase(skill: str) -> str:
+    """A skill as the report and the plan read it: an operation in words, a capability by its id."""
+    return OPERATION_PHRASE.get(skill, skill)
 
 
 @dataclass(frozen=True)
@@ -60,6 +94,7 @@ class FailureSummary:
     evidence: dict[str, Any]
     produced_by: str = PRODUCED_BY_EVIDENCE
     phase: str = "heldout_after"  # the rollouts it summarizes (see diagnosis_report)
+    skill: str = ""  # what the task asked for (task_skill), the group of its pattern; summarize_failures sets it
 
 
 def extract_evidence(rollout: Mapping[str, Any]) -> dict[str, Any]:
@@ -101,8 +136,11 @@ def classify_failure(evidence: Mapping[str, Any]) -> tuple[str, int, str]:
     return "computation_error", last_turn, commands[last_turn]
 
 
-def summarize_failures(rollouts: Iterable[Mapping[str, Any]], capability_of: Mapping[str, str]) -> list[FailureSummary]:
-    """One summary per scored rollout with reward 0."""
+def summarize_failures(rollouts: Iterable[Mapping[str, Any]], capability_of: Mapping[str, str],
+                       skill_of: Mapping[str, str] | None = None) -> list[FailureSummary]:
+    """One summary per scored rollout with reward 0, with its task's
+    capability and skill (`skill_of`, task id -> task_skill; the capability
+    where not given)."""
     summaries = []
     for rollout in rollouts:
         if rollout["status"] != "scored" or rollout["reward"] != 0.0:
@@ -121,6 +159,7 @@ def summarize_failures(rollouts: Iterable[Mapping[str, Any]], capability_of: Map
                 missing_capability=MISSING_CAPABILITY[cause],
                 evidence=evidence,
                 phase=rollout.get("phase", "heldout_after"),
+                skill=(skill_of or {}).get(rollout["task_id"], capability_of[rollout["task_id"]]),
             )
         )
     return summaries
@@ -273,7 +312,8 @@ def session_summarizer(session, seed: int, max_new_tokens: int = 160, batch: int
 @dataclass
 class DiagnosisPattern:
     pattern_id: str
-    capability_id: str
+    # The capability of its tasks; None for a warm-up skill whose failures span families.
+    capability_id: str | None
     root_cause: str
     count: int
     share: float
@@ -283,6 +323,7 @@ class DiagnosisPattern:
     summary_ids: list[str] = field(default_factory=list)
     example_rollout_ids: list[str] = field(default_factory=list)
     task_ids: list[str] = field(default_factory=list)
+    skill: str = ""  # what its tasks asked for (task_skill): the group it was clustered in
 
 
 def _abstract(text: str) -> str:
@@ -324,16 +365,17 @@ def aggregate_patterns(
     threshold: float = CLUSTER_THRESHOLD,
     examples: int = 3,
 ) -> list[DiagnosisPattern]:
-    """Group by capability (skill category), then by root cause, then by
-    meaning (with `embed`); most frequent first."""
+    """Group by skill (what the tasks asked for: the operation at a warm-up
+    level, else the capability), then by root cause, then by meaning (with
+    `embed`); most frequent first."""
     from clawloop_assets.diagnosis.sentence_embeddings import cluster
 
     groups: dict[tuple[str, str], list[FailureSummary]] = {}
     for summary in summaries:
-        groups.setdefault((summary.capability_id, summary.root_cause), []).append(summary)
+        groups.setdefault((summary.skill, summary.root_cause), []).append(summary)
     total = len(summaries)
     patterns = []
-    for (capability, cause), members in groups.items():
+    for (skill, cause), members in groups.items():
         texts = [meaning_text(m) for m in members]
         if embed is None:
             clusters = {0: list(range(len(members)))}
@@ -352,13 +394,16 @@ def aggregate_patterns(
             group = [members[i] for i in indices]
             example = next(m for m in group if meaning_text(m) == central[label])
             producers = Counter(m.produced_by for m in group)
+            capabilities = {m.capability_id for m in group}
+            command = example.failure_action.splitlines()[0][:80] if example.failure_action else ""
             patterns.append(DiagnosisPattern(
-                pattern_id=f"{round_key}.{capability}.{cause}.{rank}",
-                capability_id=capability,
+                pattern_id=f"{round_key}.{skill}.{cause}.{rank}",
+                capability_id=capabilities.pop() if len(capabilities) == 1 else None,
+                skill=skill,
                 root_cause=cause,
                 count=len(group),
                 share=len(group) / total,
-                description=f"{capability}: {ROOT_CAUSE_PHRASE[cause]}, e.g. `{example.failure_action.splitlines()[0][:80] if example.failure_action else ''}`",
+                description=f"{skill_phrase(skill)} fails: {ROOT_CAUSE_PHRASE[cause]}, e.g. `{command}`",
                 evidence=central[label],
                 produced_by=", ".join(f"{p}: {n}" for p, n in sorted(producers.items())),
                 summary_ids=[m.summary_id for m in group],
@@ -377,7 +422,7 @@ PHASE_MEANING = {
 def render_report(
     round_key: str,
     patterns: list[DiagnosisPattern],
-    pass_rate_by_capability: Mapping[str, tuple[int, int]],
+    pass_rate_by_skill: Mapping[str, tuple[int, int]],
     failures: int,
     model_stats: ModelSummaryStats | None = None,
     sources: Mapping[str, int] | None = None,
@@ -397,10 +442,12 @@ def render_report(
         lines.append(f"The loop model ({model_stats.producer}) wrote {model_stats.valid} valid summaries of "
                      f"{model_stats.asked} asked; the evidence rules wrote the other {failures - model_stats.valid}.")
     lines.append("")
-    lines += ["## Held-out pass rate after training, by capability", "", "| capability | passed | rollouts | rate |", "|---|---|---|---|"]
-    for capability, (passed, total) in sorted(pass_rate_by_capability.items()):
+    lines += ["## Held-out pass rate after training, by skill", "",
+              "The skill is what a task asked for: the operation at a warm-up level, else the capability.", "",
+              "| skill | passed | rollouts | rate |", "|---|---|---|---|"]
+    for skill, (passed, total) in sorted(pass_rate_by_skill.items()):
         rate = f"{passed / total:.1%}" if total else "n/a"
-        lines.append(f"| {capability} | {passed} | {total} | {rate} |")
+        lines.append(f"| {skill_phrase(skill)} | {passed} | {total} | {rate} |")
     lines += ["", f"## Failure patterns ({failures} failed trajectories)", ""]
     if not patterns:
         lines.append("No failed trajectories on the held-out split.")

@@ -1,9 +1,10 @@
-"""The fixed evaluation set and its figure: pass@1 averaged over k samples per
-task (the paper's Avg@k), with a confidence interval.
+"""The fixed evaluation set and its figures: pass@1 averaged over k samples per
+task (the paper's Avg@k), with a confidence interval, over the whole set and
+at each level of our own part apart (where the policy stands on the ladder).
 
 The set is our own held-out families (every capability of both synthesis
-routes at fixed low levels, built by the same generators from a seed range
-synthesis never draws) plus whatever task bundles were imported under
+routes at fixed levels, warm-up to level 1 by default, built by the same
+generators from a seed range synthesis never draws) plus whatever task bundles were imported under
 `$CLAWLOOP_HOME/evaluation/imported/`. It is built once, stored under
 `$CLAWLOOP_HOME/evaluation/own/` with a manifest of content hashes, and reused
 unchanged by every round: no round ever trains on it (rounds draw their own
@@ -19,7 +20,7 @@ import math
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 import polars as pl
 
@@ -46,6 +47,8 @@ from resources.sandbox import Sandbox
 # after (so a set built before the warm-up levels existed keeps its seeds).
 EVALUATION_SEED_BASE = 2_000_000_000
 SEEDS_PER_LEVEL = 1000
+# How many (generator, seed) draws a cell of the set tries before its build fails (planned_cells).
+CELL_ALTERNATIVES = 8
 # Task ids of the set are "evaluation.<generator>.s<seed>"; a round's are "round-NNNN.<...>".
 EVALUATION_KEY = "evaluation"
 MANIFEST = "manifest.json"
@@ -127,27 +130,42 @@ def own_dir() -> Path:
     return paths.clawloop_home() / "evaluation" / "own"
 
 
-def planned_tasks(spec: EvaluationSetSpec) -> list[tuple[GeneratorSpec, int]]:
-    """(generator, seed) of every own task, in a fixed order. Each capability's
-    domain depends on its place in the full catalog, so a smaller set is a
-    subset of the default one, never a reshuffle."""
+def planned_cells(spec: EvaluationSetSpec) -> list[list[tuple[GeneratorSpec, int]]]:
+    """Each own task's cell (capability x level x seed index), in a fixed
+    order, as its (generator, seed) alternatives: the task is the first that
+    builds. Alternative k takes the seed index `index + k * seeds_per_cell`
+    (no other cell's) and the domain that index picks, so a cell whose first
+    draw cannot be built (a domain-route graph no tool of that domain
+    grounds) takes the same next one in every home. Each capability's domain
+    depends on its place in the full catalog, so a smaller set is a subset
+    of the default one, never a reshuffle."""
     everything = catalogs.round_capabilities(catalogs.ROUTES)
     chosen = set(spec.capabilities) or {c.id for c in everything}
     domains = catalogs.load_domain_catalog()
     executable = load_domains() if catalogs.DOMAIN_WORKFLOW.id in chosen else []
-    planned = []
+    cells = []
     for position, capability in enumerate(everything):
         if capability.id not in chosen:
             continue
         for level in spec.levels:
             for index in range(spec.seeds_per_cell):
-                if catalogs.route_of(capability.id) == "domain":
-                    generator = domain_generator_spec(capability, executable[(level + index) % len(executable)], level)
-                else:
-                    domain = domains[(11 * position + 3 * level + index) % len(domains)]
-                    generator = generator_spec(capability, domain, level)
-                planned.append((generator, evaluation_seed(level, index)))
-    return planned
+                cell = []
+                for seed_index in range(index, min(SEEDS_PER_LEVEL, index + CELL_ALTERNATIVES * spec.seeds_per_cell),
+                                        spec.seeds_per_cell):
+                    if catalogs.route_of(capability.id) == "domain":
+                        generator = domain_generator_spec(
+                            capability, executable[(level + seed_index) % len(executable)], level)
+                    else:
+                        generator = generator_spec(
+                            capability, domains[(11 * position + 3 * level + seed_index) % len(domains)], level)
+                    cell.append((generator, evaluation_seed(level, seed_index)))
+                cells.append(cell)
+    return cells
+
+
+def planned_tasks(spec: EvaluationSetSpec) -> list[tuple[GeneratorSpec, int]]:
+    """(generator, seed) of every own task's first choice, in a fixed order (see planned_cells)."""
+    return [cell[0] for cell in planned_cells(spec)]
 
 
 def _spec_document(spec: EvaluationSetSpec) -> dict:
@@ -182,20 +200,23 @@ def ensure_own_set(sandbox: Sandbox, spec: EvaluationSetSpec, log: Callable[[str
     with open(root.parent / ".own.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         manifest = _read_manifest(root)
-        planned = planned_tasks(spec)
+        cells = planned_cells(spec)
         if manifest is None or manifest.get("spec") != _spec_document(spec):
             why = "none built yet" if not (root / MANIFEST).exists() else (
                 "its manifest is unreadable" if manifest is None else "its spec changed")
-            log(f"building the evaluation set ({len(planned)} tasks): {why}")
-            manifest = _build_all(sandbox, root, spec, planned)
+            log(f"building the evaluation set ({len(cells)} tasks): {why}")
+            manifest = _build_all(sandbox, root, spec, cells, log)
         else:
             by_id = {entry["task_id"]: entry for entry in manifest["tasks"]}
-            for generator, seed in planned:
+            for cell in cells:
+                found = [(g, s) for g, s in cell if task_id_for(EVALUATION_KEY, g, s) in by_id]
+                if not found:
+                    raise EvaluationSetError(
+                        f"{root / MANIFEST} lacks evaluation task {task_id_for(EVALUATION_KEY, *cell[0])} of its own "
+                        f"spec (or any alternative of its cell): delete {root} to rebuild the set")
+                [(generator, seed), *_] = found
                 task_id = task_id_for(EVALUATION_KEY, generator, seed)
-                entry = by_id.get(task_id)
-                if entry is None:
-                    raise EvaluationSetError(f"{root / MANIFEST} lacks evaluation task {task_id} of its own spec: "
-                                             f"delete {root} to rebuild the set")
+                entry = by_id[task_id]
                 bundle = root / entry["bundle"]
                 if bundle.is_dir() and bundle_digest(bundle) == entry["sha256"]:
                     continue
@@ -218,7 +239,7 @@ def ensure_own_set(sandbox: Sandbox, spec: EvaluationSetSpec, log: Callable[[str
         return manifest["set_id"], tasks
 
 
-def _build_all(sandbox: Sandbox, root: Path, spec: EvaluationSetSpec, planned) -> dict:
+def _build_all(sandbox: Sandbox, root: Path, spec: EvaluationSetSpec, cells, log: Callable[[str], None]) -> dict:
     for part in ("tasks", "generators", MANIFEST):
         target = root / part
         if target.is_dir():
@@ -226,8 +247,22 @@ def _build_all(sandbox: Sandbox, root: Path, spec: EvaluationSetSpec, planned) -
         elif target.exists():
             target.unlink()
     entries = []
-    for generator, seed in planned:
-        bundle = _build_one(sandbox, root, generator, seed)
+    for cell in cells:
+        failures = []
+        for generator, seed in cell:
+            try:
+                bundle = _build_one(sandbox, root, generator, seed)
+                break
+            except EvaluationSetError as exc:
+                failures.append(str(exc))
+        else:
+            raise EvaluationSetError(f"no draw of an evaluation cell builds ({len(cell)} tried); the first: "
+                                     f"{failures[0]}")
+        if failures:
+            # The error's head names the task, its tail (a traceback's last line) says why.
+            first = failures[0]
+            log(f"{first[:first.index(' could not be built')]} could not be built (...{first[-200:]}); "
+                f"took the cell's next draw, {bundle.name}")
         entries.append({"task_id": bundle.name, "capability": generator.capability, "domain": generator.domain,
                         "difficulty": generator.difficulty, "seed": seed, "bundle": bundle.relative_to(root).as_posix(),
                         "sha256": bundle_digest(bundle)})
@@ -312,6 +347,32 @@ def pass_at_1_by_set(rollouts: pl.DataFrame, tasks: list[EvaluationTask]) -> dic
     for task in sorted(tasks, key=lambda t: (t.task_set != "own", t.task_set)):
         sets.setdefault(task.task_set, []).append(task.task_id)
     return {name: pass_at_1(rollouts.filter(pl.col("task_id").is_in(ids))) for name, ids in sets.items()}
+
+
+def own_task_levels(root: Path | None = None) -> dict[str, int]:
+    """{task id: level} of the own set as its manifest records it ({} before
+    the set is built): what splits a round's evaluation rollouts by level."""
+    manifest = _read_manifest(root or own_dir())
+    return {entry["task_id"]: int(entry["difficulty"]) for entry in manifest["tasks"]} if manifest else {}
+
+
+def pass_at_1_by_level(rollouts: pl.DataFrame, levels: Mapping[str, int]) -> dict[int, PassAtOne]:
+    """pass@1 of the own set's tasks at each level apart (`levels`: task id ->
+    level; rollouts of other tasks, the imported benchmarks', are left out),
+    lowest level first, each with its own Wilson interval over that level's
+    tasks: where the policy stands on the ladder."""
+    by_level: dict[int, list[str]] = {}
+    for task_id, level in levels.items():
+        by_level.setdefault(level, []).append(task_id)
+    return {level: pass_at_1(rollouts.filter(pl.col("task_id").is_in(sorted(ids))))
+            for level, ids in sorted(by_level.items())}
+
+
+def level_figures(by_level: Mapping[int, PassAtOne]) -> dict[str, dict]:
+    """The per-level figures as summary.json holds them: {"<level>": {pass_at_1,
+    ci_low, ci_high, tasks}}, levels as strings (JSON keys), lowest first."""
+    return {str(level): {"pass_at_1": part.pass_at_1, "ci_low": part.ci_low, "ci_high": part.ci_high,
+                         "tasks": part.tasks} for level, part in sorted(by_level.items())}
 
 
 def evaluation_tasks(sandbox: Sandbox, spec: EvaluationSetSpec,

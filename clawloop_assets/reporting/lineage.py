@@ -31,10 +31,11 @@ class LineageError(LookupError):
 class PatternNode:
     pattern_id: str
     round: str
-    capability_id: str
+    capability_id: str | None  # None: a warm-up skill whose failures span families (its tasks name theirs)
     root_cause: str
     count: int
     description: str
+    skill: str | None = None  # what its tasks asked for; None in rows written before skills were recorded
 
 
 @dataclass(frozen=True)
@@ -197,7 +198,7 @@ def _keys(pairs: Iterable[tuple[str, str | None]]) -> list[list[str]]:
 
 
 def _patterns(t: _Tables, where: str, params: list[Any]) -> tuple[PatternNode, ...]:
-    rows = t.rows(f"SELECT pattern_id, round, capability_id, root_cause, count, description "
+    rows = t.rows(f"SELECT pattern_id, round, capability_id, root_cause, count, description, skill "
                   f"FROM {t('diagnosis_patterns')} p WHERE {where} ORDER BY count DESC, pattern_id", params)
     return tuple(PatternNode(**r) for r in rows)
 
@@ -439,8 +440,9 @@ def _links(assets: Iterable[str], round_key: str) -> str:
 
 def pattern_lineage_table(warehouse: Warehouse, round_key: str, limit: int = 5) -> str:
     """One markdown row per pattern of the round: its summaries, example
-    trajectories, tasks, and the generators, capability and domains of those
-    tasks (joined on the tasks' (round, task_id)); after each level's ids, links
+    trajectories, tasks, the skill it groups, and the generators,
+    capabilities and domains of those tasks (joined on the tasks' (round,
+    task_id): a warm-up skill's pattern spans families); after each level's ids, links
     to the pages of the round's assets that hold them, and the command that
     prints the pattern's whole chain."""
     t = _Tables(warehouse)
@@ -453,8 +455,10 @@ def pattern_lineage_table(warehouse: Warehouse, round_key: str, limit: int = 5) 
         f"GROUP BY p.pattern_id) "
         f"SELECT p.pattern_id, any_value(p.count) AS count, any_value(len(p.summary_ids)) AS summaries, "
         f"any_value(p.example_rollout_ids) AS examples, any_value(p.task_ids) AS task_ids, "
-        f"any_value(p.capability_id) AS capability_id, any_value(ph.phases) AS phases, "
+        f"any_value(coalesce(p.skill, p.capability_id)) AS skill, any_value(ph.phases) AS phases, "
         f"list(DISTINCT x.generator_id ORDER BY x.generator_id) FILTER (WHERE x.generator_id IS NOT NULL) AS generators, "
+        f"list(DISTINCT x.capability_id ORDER BY x.capability_id) FILTER (WHERE x.capability_id IS NOT NULL) "
+        f"AS capabilities, "
         f"list(DISTINCT x.domain_id ORDER BY x.domain_id) FILTER (WHERE x.domain_id IS NOT NULL) AS domains "
         f"FROM {t('diagnosis_patterns')} p "
         f"LEFT JOIN members m ON m.round = p.round AND m.pattern_id = p.pattern_id "
@@ -464,15 +468,16 @@ def pattern_lineage_table(warehouse: Warehouse, round_key: str, limit: int = 5) 
         [round_key, round_key, round_key])
     if not rows:
         return f"No failure patterns in {round_key}.\n"
-    lines = ["| pattern | count | summaries | trajectories | tasks | generators | capability | domains | whole chain |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| pattern | count | summaries | trajectories | tasks | generators | skill | capabilities | domains "
+             "| whole chain |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         rollout_assets = sorted({PHASE_ASSETS[p] for p in r["phases"] or [] if p in PHASE_ASSETS})
         cells = [r["pattern_id"], r["count"], r["summaries"],
                  _with_links(_capped(r["examples"] or [], limit, r["summaries"]), rollout_assets, round_key),
                  _with_links(_capped(r["task_ids"] or [], limit), LEVEL_ASSETS["tasks"], round_key),
                  _with_links(_capped(r["generators"] or [], limit), LEVEL_ASSETS["generators"], round_key),
-                 _with_links(r["capability_id"], LEVEL_ASSETS["capabilities"], round_key),
+                 r["skill"],
+                 _with_links(", ".join(r["capabilities"] or []), LEVEL_ASSETS["capabilities"], round_key),
                  _with_links(", ".join(r["domains"] or []), LEVEL_ASSETS["domains"], round_key),
                  f"`clawloop lineage {r['pattern_id']}`"]
         lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")

@@ -11,11 +11,13 @@ from typing import NamedTuple, Sequence
 
 import dagster as dg
 import polars as pl
+from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from clawloop_assets.markdown import markdown_table
+from clawloop_assets.synthesis.plan import LEVELS
 from resources.warehouse import Warehouse
 
 
@@ -32,9 +34,13 @@ class RoundFigures(NamedTuple):
     evaluation_ci_high: float | None = None
     # What the round's rollouts sampled at (LoopConfig.round_temperatures).
     rollout_temperature: float | None = None
+    # pass@1 per level of our own evaluation set: {"<level>": {pass_at_1, ci_low, ci_high, tasks}}
+    # (fixed_set.level_figures); None in summaries written before the set was graded.
+    evaluation_by_level: dict[str, dict] | None = None
 
 
 FIGURES = RoundFigures._fields[1:]
+LADDER_COLORMAP = colormaps["viridis"]
 
 
 def validation_effort(rollouts: pl.DataFrame, admitted: int) -> dict[str, float | None]:
@@ -64,19 +70,35 @@ def round_history(warehouse: Warehouse, up_to: str) -> list[RoundFigures]:
     return history
 
 
+def evaluation_levels(history: Sequence[RoundFigures]) -> list[int]:
+    """Every level of the own evaluation set that some round has a figure for, lowest first."""
+    return sorted({int(level) for row in history for level in (row.evaluation_by_level or {})})
+
+
+def _with_interval(value, low, high) -> str:
+    return "–" if value is None else f"{value} [{low}, {high}]"
+
+
 def history_table(history: Sequence[RoundFigures]) -> dg.MetadataValue:
+    levels = evaluation_levels(history)
     headers = ["round", "admission rate", "mean turns", "rollouts / admitted", "held-out before", "held-out after",
-               "evaluation pass@1 [95% CI]", "rollout temperature"]
+               "evaluation pass@1 [95% CI]", *(f"level {level} pass@1 [95% CI]" for level in levels),
+               "rollout temperature"]
     rows = []
     for row in history:
         cells = ["–" if v is None else v for v in row[:6]]
-        if row.evaluation_pass_at_1 is None:
-            cells.append("–")
-        else:
-            cells.append(f"{row.evaluation_pass_at_1} [{row.evaluation_ci_low}, {row.evaluation_ci_high}]")
+        cells.append(_with_interval(row.evaluation_pass_at_1, row.evaluation_ci_low, row.evaluation_ci_high))
+        for level in levels:
+            part = (row.evaluation_by_level or {}).get(str(level)) or {}
+            cells.append(_with_interval(part.get("pass_at_1"), part.get("ci_low"), part.get("ci_high")))
         cells.append("–" if row.rollout_temperature is None else row.rollout_temperature)
         rows.append(cells)
     return markdown_table(headers, rows)
+
+
+def level_color(level: int) -> tuple[float, float, float, float]:
+    """One colour per rung of the ladder, dark (warm-up) to light (level 5)."""
+    return LADDER_COLORMAP((level - LEVELS[0]) / (LEVELS[-1] - LEVELS[0]) * 0.9)
 
 
 def render_plot(history: Sequence[RoundFigures], path: Path) -> bytes:
@@ -86,9 +108,9 @@ def render_plot(history: Sequence[RoundFigures], path: Path) -> bytes:
     def series(name: str) -> list[float]:
         return [float("nan") if getattr(row, name) is None else getattr(row, name) for row in history]
 
-    fig = Figure(figsize=(6, 4), dpi=80)
+    fig = Figure(figsize=(6, 6), dpi=80)
     FigureCanvasAgg(fig)
-    rates, effort = fig.subplots(2, 1, sharex=True)
+    rates, ladder, effort = fig.subplots(3, 1, sharex=True)
     for name, label in [("admission_rate", "admission rate"), ("heldout_pass_rate_before", "held-out before"),
                         ("heldout_pass_rate_after", "held-out after")]:
         rates.plot(x, series(name), marker="o", label=label)
@@ -99,6 +121,21 @@ def render_plot(history: Sequence[RoundFigures], path: Path) -> bytes:
     rates.set_ylim(0, 1)
     rates.set_ylabel("rate")
     rates.legend(fontsize="x-small", loc="upper left")
+    # The own evaluation set level by level, each with its interval as a band: where the policy stands on the ladder.
+    for level in evaluation_levels(history):
+        parts = [(row.evaluation_by_level or {}).get(str(level)) or {} for row in history]
+
+        def level_series(name: str) -> list[float]:
+            return [float("nan") if part.get(name) is None else part[name] for part in parts]
+
+        color = level_color(level)
+        ladder.plot(x, level_series("pass_at_1"), marker="D", color=color, label=f"level {level}")
+        ladder.fill_between(x, level_series("ci_low"), level_series("ci_high"), color=color, alpha=0.12)
+    ladder.set_ylim(0, 1)
+    ladder.set_ylabel("evaluation pass@1")
+    if ladder.get_lines():
+        ladder.legend(fontsize="x-small", loc="upper left", ncol=4, title="by level, 95% CI bands",
+                      title_fontsize="x-small")
     # Rollouts per admitted task runs to tens while mean turns stays near the
     # turn limit, so each gets its own scale.
     effort.plot(x, series("rollouts_per_admitted_task"), marker="o", color="tab:red", label="rollouts / admitted")
