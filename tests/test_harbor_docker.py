@@ -215,7 +215,7 @@ def test_a_task_that_builds_only_as_an_image_validates_there_and_is_not_loaded_f
     assert rows["image_only"][0]["image"] == result.image and rows["image_only"][0]["sandbox"] == "docker"
     # Never loaded, never scored: named wherever it is left out.
     assert imported_tasks(dest) == [] and [r["task_id"] for r in image_only_tasks(dest)] == ["build-step-task"]
-    with pytest.raises(EvalError, match="1 validate only in their own image on Docker"):
+    with pytest.raises(EvalError, match="1 validate only in their own image, where our agent runs on the Docker"):
         load_eval_tasks(dest)
     assert "build-step-task" in not_evaluated(dest)
     # The prune policy keeps an image while a destination lists its task as validated in it.

@@ -573,6 +573,44 @@ def _image_path(image: str) -> str:
     return next((e.split("=", 1)[1] for e in env if e.startswith("PATH=")), "/usr/local/bin:/usr/bin:/bin")
 
 
+def toolchain_mounts(toolchain: Toolchain | None, wheels: Path, test_path: Path) -> list[str]:
+    """The `-v` mounts of the offline toolchain for a test.sh that runs uv:
+    the toolchain read-only, and `wheels` (made here, filled with the
+    wheelhouse; wheels fetched for the tests are added to it later, which
+    the mount shows) read-only at IMAGE_WHEELS."""
+    if toolchain is None:
+        raise HarborRunError(f"{test_path}: uses uv, and the offline toolchain is not built: run `make setup`")
+    wheels.mkdir(exist_ok=True)
+    for wheel in (toolchain.root / "wheels").iterdir():
+        shutil.copyfile(wheel, wheels / wheel.name)
+    os.chmod(wheels, 0o755)
+    return [f"{toolchain.root}:{TOOLCHAIN_MOUNT}:ro", f"{wheels}:{IMAGE_WHEELS}:ro"]
+
+
+def start_task_container(name: str, image: str, memory_bytes: int, cpus: float, cpu_shares: int | None,
+                         mounts: list[str]) -> None:
+    """Start a container of a task image, idle (`sleep infinity` as pid 1)
+    for `docker exec`, hardened: no network, every capability dropped,
+    no-new-privileges, our seccomp profile, task.toml's memory (no swap)
+    and cpus, a process limit, no core files; `mounts` are `-v` specs.
+    An engine that cannot start it raises SandboxError."""
+    args = [_docker(), "run", "-d", "--name", name, "--network", "none", "--hostname", "harbor",
+            "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+            "--security-opt", f"seccomp={_docker_seccomp_file()}",
+            "--memory", str(memory_bytes), "--memory-swap", str(memory_bytes), "--cpus", f"{cpus:g}",
+            "--pids-limit", str(HARBOR_MAX_PROCESSES), "--ulimit", "core=0:0",
+            *(["--cpu-shares", str(cpu_shares)] if cpu_shares else []),
+            *[part for mount in mounts for part in ("-v", mount)]]
+    try:
+        started = subprocess.run([*args, "--entrypoint", "sleep", image, "infinity"], capture_output=True, text=True,
+                                 timeout=CONTAINER_SECONDS)
+    except subprocess.TimeoutExpired:
+        subprocess.run([_docker(), "rm", "-f", name], capture_output=True, timeout=CONTAINER_SECONDS)
+        raise SandboxError(f"the container of {image} did not start within {CONTAINER_SECONDS:g} s") from None
+    if started.returncode != 0:
+        raise SandboxError(f"the container of {image} did not start: {started.stderr.strip()[-500:]}")
+
+
 def run_harbor_task(task_dir: Path, *, oracle: bool = True, cpu_shares: int | None = None,
                     toolchain: Toolchain | None = None, oracle_timeout_s: float | None = None,
                     budget: TaskBudget | None = None) -> HarborRun:
@@ -606,27 +644,12 @@ def run_harbor_task(task_dir: Path, *, oracle: bool = True, cpu_shares: int | No
         logs.mkdir()
         os.chmod(tmp, 0o755)
         os.chmod(logs, 0o777)  # the image's user writes the reward; made fresh for this run
-        args = [_docker(), "run", "-d", "--name", name, "--network", "none", "--hostname", "harbor",
-                "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-                "--security-opt", f"seccomp={_docker_seccomp_file()}",
-                "--memory", str(memory), "--memory-swap", str(memory), "--cpus", f"{config['cpus']:g}",
-                "--pids-limit", str(HARBOR_MAX_PROCESSES), "--ulimit", "core=0:0",
-                *(["--cpu-shares", str(cpu_shares)] if cpu_shares else []),
-                "-v", f"{logs}:{REWARD_DIR}:rw"]
+        mounts = [f"{logs}:{REWARD_DIR}:rw"]
         wheels = Path(tmp) / "wheels"
         wheels.mkdir()
         if first.uses_toolchain:
-            if toolchain is None:
-                raise HarborRunError(f"{test_path}: uses uv, and the offline toolchain is not built: run `make setup`")
-            for wheel in (toolchain.root / "wheels").iterdir():
-                shutil.copyfile(wheel, wheels / wheel.name)
-            os.chmod(wheels, 0o755)
-            # Filled before the tests run (fetched wheels): the mount shows what is added after the start.
-            args += ["-v", f"{toolchain.root}:{TOOLCHAIN_MOUNT}:ro", "-v", f"{wheels}:{IMAGE_WHEELS}:ro"]
-        started_container = subprocess.run([*args, "--entrypoint", "sleep", image, "infinity"],
-                                           capture_output=True, text=True, timeout=CONTAINER_SECONDS)
-        if started_container.returncode != 0:
-            raise SandboxError(f"the container of {image} did not start: {started_container.stderr.strip()[-500:]}")
+            mounts += toolchain_mounts(toolchain, wheels, test_path)
+        start_task_container(name, image, memory, config["cpus"], cpu_shares, mounts)
         try:
             oracle_exit, timed_out = None, False
             if oracle:
