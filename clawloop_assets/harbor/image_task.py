@@ -151,16 +151,16 @@ class ImageEpisode:
     def __init__(self, task: ImageTaskBundle, cpu_shares: int | None = None, toolchain: Toolchain | None = None):
         self.task, self.cpu_shares = task, cpu_shares
         self.toolchain = toolchain or load_toolchain()
-        self.name = f"clawloop-agent-{uuid.uuid4().hex[:12]}"
+        self.name = ""
         self.scratch: Path | None = None
         self.agent_seconds = 0.0
-        self.started = False
 
     @property
     def test_path(self) -> Path:
         return self.task.root / "tests" / "test.sh"
 
     def start(self) -> None:
+        self.name = f"clawloop-agent-{uuid.uuid4().hex[:12]}"  # a new one each try: a failed start may leave its name
         self.scratch = Path(tempfile.mkdtemp(prefix="clawloop-image-episode-"))
         os.chmod(self.scratch, 0o755)
         self.logs, self.tests, self.wheels = self.scratch / "verifier", self.scratch / "tests", self.scratch / "wheels"
@@ -174,7 +174,6 @@ class ImageEpisode:
                 mounts += toolchain_mounts(self.toolchain, self.wheels, self.test_path)
             start_task_container(self.name, self.task.image, self.task.memory_bytes, self.task.cpus, self.cpu_shares,
                                  mounts)
-            self.started = True
             # The tests' adaptation needs the image's Python; asked before the agent can change it.
             probe, version = _exec(self.name, ["python3", "-c", "import platform; print(platform.python_version())"],
                                    30.0)
@@ -275,9 +274,10 @@ class ImageEpisode:
                               seconds=time.monotonic() - started)
 
     def close(self) -> None:
-        if self.started:
+        if self.name:
+            # Also after a failed start: `docker run -d` may have created it without starting it.
             subprocess.run([_docker(), "rm", "-f", self.name], capture_output=True, timeout=CONTAINER_SECONDS)
-            self.started = False
+            self.name = ""
         if self.scratch is not None:
             shutil.rmtree(self.scratch, ignore_errors=True)
             self.scratch = None
