@@ -441,7 +441,8 @@ def build_task_image(task_dir: Path, apt_packages: list[str] = (), cpu_shares: i
     for base in (DEBIAN_BASE, PYTHON_BASE, *releases):
         digest.update((_image_id(base) or "").encode())
     for path in sorted(p for p in context.rglob("*") if p.is_file() and not p.is_symlink()):
-        digest.update(str(path.relative_to(context)).encode() + b"\0" + path.read_bytes())
+        mode = checkout_mode(path.lstat().st_mode, False)
+        digest.update(str(path.relative_to(context)).encode() + f"\0{mode:o}\0".encode() + path.read_bytes())
     tag = f"{IMAGE_REPOSITORY}/{_task_id(task_dir.name).lower()}:{digest.hexdigest()[:16]}"
     if _image_id(tag) is None:
         timeout = float(tomllib_get(task_dir / "task.toml", "environment", "build_timeout_sec", DEFAULT_BUILD_TIMEOUT_S))
@@ -449,6 +450,7 @@ def build_task_image(task_dir: Path, apt_packages: list[str] = (), cpu_shares: i
         with tempfile.TemporaryDirectory(prefix="clawloop-harbor-build-") as tmp:
             build = Path(tmp) / "context"
             shutil.copytree(context, build, symlinks=True)
+            with_checkout_modes(build)
             (build / "Dockerfile").write_text(text, encoding="utf-8")
             try:
                 _build(build, tag, timeout, cpu_shares, str(dockerfile), timeout_text)
@@ -460,6 +462,27 @@ def build_task_image(task_dir: Path, apt_packages: list[str] = (), cpu_shares: i
             if older != tag:
                 remove_task_image(older)
     return tag, adaptations
+
+
+def checkout_mode(mode: int, is_dir: bool) -> int:
+    """The mode a git checkout gives a task's file: git records only the
+    executable bit, so 0755 for a directory or an executable, else 0644.
+    A task's own modes may be a copy's (a read-only mirror's 0444), and a
+    COPY keeps them: a file the oracle must rewrite would then be read-only
+    in the image, which root without capabilities cannot override."""
+    return 0o755 if is_dir or mode & 0o111 else 0o644
+
+
+def with_checkout_modes(root: Path) -> None:
+    """Give every file and directory under `root` (a copy of ours) its
+    checkout mode (`checkout_mode`); links are left as they are."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            info = path.lstat()
+            if not stat.S_ISLNK(info.st_mode):
+                os.chmod(path, checkout_mode(info.st_mode, stat.S_ISDIR(info.st_mode)))
+    os.chmod(root, 0o755)
 
 
 def task_images(repository: str = IMAGE_REPOSITORY) -> list[str]:
@@ -653,7 +676,11 @@ def run_harbor_task(task_dir: Path, *, oracle: bool = True, cpu_shares: int | No
         try:
             oracle_exit, timed_out = None, False
             if oracle:
-                _copy_in(name, task_dir / "solution", "/solution")
+                with tempfile.TemporaryDirectory(prefix="clawloop-harbor-solution-") as solution_tmp:
+                    solution = Path(solution_tmp) / "solution"
+                    shutil.copytree(task_dir / "solution", solution, symlinks=True)
+                    with_checkout_modes(solution)
+                    _copy_in(name, solution, "/solution")
                 timeout, timeout_text = budget.cap(oracle_timeout_s or config["agent_timeout_s"], "the oracle")
                 oracle_exit, output = _exec(name, ["bash", "/solution/solve.sh"], timeout)
                 timed_out = oracle_exit is None
@@ -667,6 +694,7 @@ def run_harbor_task(task_dir: Path, *, oracle: bool = True, cpu_shares: int | No
             with tempfile.TemporaryDirectory(prefix="clawloop-harbor-tests-") as tests_tmp:
                 tests = Path(tests_tmp) / "tests"
                 shutil.copytree(task_dir / "tests", tests, symlinks=True)
+                with_checkout_modes(tests)
                 (tests / "test.sh").write_text(script.text, encoding="utf-8")
                 _copy_in(name, tests, "/tests")
             env = dict(config["verifier_env"])

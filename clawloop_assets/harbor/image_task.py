@@ -59,6 +59,7 @@ from clawloop_assets.harbor.docker_run import (
     read_reward,
     start_task_container,
     toolchain_mounts,
+    with_checkout_modes,
 )
 from clawloop_assets.harbor.task_format import (
     HARBOR_CAPABILITY,
@@ -248,13 +249,8 @@ class ImageEpisode:
         _empty(self.tests)
         shutil.copytree(self.task.root / "tests", self.tests, symlinks=False, dirs_exist_ok=True)
         (self.tests / "test.sh").write_text(self.script.text, encoding="utf-8")
-        for directory, mode in ((self.logs, 0o777), (self.tests, 0o755)):
-            os.chmod(directory, mode)  # the image's user (perhaps not root) reads the tests, writes the reward
-        for dirpath, dirnames, filenames in os.walk(self.tests):
-            for name in dirnames:
-                os.chmod(Path(dirpath) / name, 0o755)
-            for name in filenames:
-                os.chmod(Path(dirpath) / name, 0o755)
+        with_checkout_modes(self.tests)  # as a checkout gives them, whatever the source's modes
+        os.chmod(self.logs, 0o777)  # the image's user (perhaps not root) writes the reward
         env = dict(self.task.verifier_env)
         if self.script.uses_toolchain:
             env.update(TOOLCHAIN_ENV, UV_FIND_LINKS=IMAGE_WHEELS,
