@@ -30,6 +30,8 @@ def imported(tmp_path_factory):
                                root / "bench" / "image-step-task"))
     (src / "environment" / "Dockerfile").write_text(IMAGE_ONLY_DOCKERFILE)
     (src / "tests" / "test.sh").write_text(IMAGE_ONLY_TEST_SH)
+    for path in src.rglob("*"):  # read-only, as a mirror of a benchmark may be; a checkout's modes are used
+        path.chmod(0o555 if path.is_dir() else 0o444)
     (result,), _ = import_harbor_directory(src.parent, root / "dest", docker_sandbox(), task_budget_s=300)
     assert result.image is not None and not result.runnable, result.reasons
     yield root / "dest", src
@@ -74,12 +76,14 @@ def test_the_agent_runs_without_network_or_capabilities_in_the_tasks_limits(impo
     from clawloop_assets.evaluation.task_dir import load_eval_tasks
 
     (task,) = load_eval_tasks(imported[0], docker_sandbox())
-    probe = ("pwd; grep CapEff /proc/self/status; "
+    probe = ("pwd; echo more >> README.txt && echo writable; grep CapEff /proc/self/status; "
              "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes; "
              "python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), 3)\" 2>/dev/null || echo offline")
     (rollout,) = rollouts_of(task.bundle, [probe + "\n```", "submit\n```"], tmp_path)
     # The image's WORKDIR, no capability, task.toml's memory_mb = 2048, no network.
-    assert rollout.last_output.split() == ["/app", "CapEff:", "0000000000000000", str(2048 << 20), "offline"], \
+    # The task's files as a checkout has them (rewritable), though its source is read-only.
+    assert rollout.last_output.split() == ["/app", "writable", "CapEff:", "0000000000000000", str(2048 << 20),
+                                           "offline"], \
         rollout.last_output
 
 
@@ -109,6 +113,8 @@ def test_a_verifier_that_leaves_no_reward_is_an_error_not_a_score(imported, tmp_
 
     (task,) = load_eval_tasks(imported[0], docker_sandbox())
     crashing = Path(shutil.copytree(task.bundle.root, tmp_path / "crashing"))
+    for path in [crashing, *crashing.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
     (crashing / "tests" / "test.sh").write_text("#!/bin/bash\necho 'the tests crashed' >&2\nexit 3\n")
     (rollout,) = rollouts_of(dataclasses.replace(task.bundle, root=crashing), [ORACLE + "\n```", "submit\n```"],
                              tmp_path)
@@ -117,6 +123,20 @@ def test_a_verifier_that_leaves_no_reward_is_an_error_not_a_score(imported, tmp_
     score = pass_at_1(table_frame("rollouts", [rollout_row(rollout, round_key="eval", phase="evaluation",
                                                            checkpoint_id="c", temperature=0.7)]))
     assert (score.pass_at_1, score.errors) == (0.0, 1)  # counted as not passed, and reported
+
+
+def test_a_tasks_files_get_the_modes_a_checkout_gives_them(tmp_path):
+    from clawloop_assets.harbor.docker_run import with_checkout_modes
+
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "data.txt").write_text("x")
+    (tmp_path / "d" / "run.sh").write_text("x")
+    (tmp_path / "d" / "data.txt").chmod(0o400)
+    (tmp_path / "d" / "run.sh").chmod(0o500)
+    (tmp_path / "d").chmod(0o500)
+    with_checkout_modes(tmp_path)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in [tmp_path, tmp_path / "d", *(tmp_path / "d").iterdir()]}
+    assert modes == {tmp_path.name: 0o755, "d": 0o755, "data.txt": 0o644, "run.sh": 0o755}
 
 
 def test_an_image_only_row_is_refused_once_its_source_changed_or_without_its_hash(tmp_path):
