@@ -496,11 +496,21 @@ def task_images(repository: str = IMAGE_REPOSITORY) -> list[str]:
     return sorted(line for line in done.stdout.split() if line.startswith(IMAGE_REPOSITORY + "/"))
 
 
-def remove_task_image(tag: str) -> None:
-    """Remove a built task image (never another repository's)."""
+# How long removing an image may take: a large one, on an engine busy with builds, takes minutes.
+IMAGE_REMOVAL_SECONDS = 600.0
+
+
+def remove_task_image(tag: str) -> bool:
+    """Remove a built task image (never another repository's). False when
+    the engine did not answer in time (it goes on removing it): cleanup,
+    never a reason to stop what called it."""
     if not tag.startswith(IMAGE_REPOSITORY + "/"):
         raise ValueError(f"{tag!r} is not a task image ({IMAGE_REPOSITORY}/...)")
-    subprocess.run([_docker(), "image", "rm", "--force", tag], capture_output=True, timeout=CONTAINER_SECONDS)
+    try:
+        subprocess.run([_docker(), "image", "rm", "--force", tag], capture_output=True, timeout=IMAGE_REMOVAL_SECONDS)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
 
 
 def tomllib_get(path: Path, table: str, key: str, default):
@@ -823,12 +833,12 @@ def validate_the_harbor_way(task_dir: Path, *, cpu_shares: int | None = None, or
     solved = run_harbor_task(task_dir, cpu_shares=cpu_shares, oracle_timeout_s=oracle_timeout_s, budget=budget)
     if solved.reward != 1.0:
         reason = f"{task_dir / 'tests' / 'test.sh'}: the oracle's run does not pass: {solved.detail}"
-        if solved.oracle_exit not in (0, None):
-            offline = network_line(task_dir / "solution" / "solve.sh")
-            if offline:
-                # The containers have no network: that line is the likely cause.
-                reason = f"{offline}, which the task's container does not have (the oracle exited with " \
-                         f"{solved.oracle_exit}); " + reason
+        offline = network_line(task_dir / "solution" / "solve.sh")
+        if offline and not solved.oracle_timed_out:
+            # The containers have no network: that line is the likely cause,
+            # also when the oracle went on past it and exited 0 (no `set -e`).
+            reason = f"{offline}, which the task's container does not have (the oracle exited with " \
+                     f"{solved.oracle_exit}); " + reason
         return reason, solved, None
     untouched = run_harbor_task(task_dir, oracle=False, cpu_shares=cpu_shares, budget=budget)
     # As the bundle wrapper scores it: no valid reward on the untouched

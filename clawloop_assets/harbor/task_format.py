@@ -71,6 +71,7 @@ import re
 import shlex
 import shutil
 import stat
+import subprocess
 import tempfile
 import time
 import tomllib
@@ -420,6 +421,9 @@ def import_harbor_directory(src: Path, dest_root: Path, sandbox: Sandbox | None 
                 except SandboxError as exc:  # the harness's failure: the task is not judged
                     result = ImportResult(task_id, task_dir, False, None,
                                           (f"not validated: the sandbox failed: {exc}",), sandbox=backend)
+                except subprocess.TimeoutExpired as exc:  # an engine too busy to answer: likewise
+                    result = ImportResult(task_id, task_dir, False, None,
+                                          (f"not validated: the Docker engine did not answer: {exc}",), sandbox=backend)
         log(result)
         return result
 
