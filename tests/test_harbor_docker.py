@@ -213,7 +213,7 @@ def test_a_task_that_builds_only_as_an_image_validates_there_and_is_left_out_on_
     rows = json.loads(manifest.read_text())
     assert rows["runnable"] == [] and [r["task_id"] for r in rows["image_only"]] == ["build-step-task"]
     assert rows["image_only"][0]["image"] == result.image and rows["image_only"][0]["sandbox"] == "docker"
-    # Never loaded, never scored: named wherever it is left out.
+    # Off Docker never loaded, never scored: named wherever it is left out (test_harbor_image_episode runs it).
     assert imported_tasks(dest) == [] and [r["task_id"] for r in image_only_tasks(dest)] == ["build-step-task"]
     with pytest.raises(EvalError, match="1 validate only in their own image, where our agent runs on the Docker"):
         load_eval_tasks(dest)
