@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     started = time.monotonic()
 
     def log(r: ImportResult) -> None:
-        what = "imported" if r.runnable else f"validated in its image {r.image}" if r.image else r.reasons[0][:200]
+        what = "imported" if r.runnable else f"validated in its image {r.image}" if r.image else r.reasons[0]
         print(f"{time.monotonic() - started:6.0f}s {r.task_id}: {what}", flush=True)
         if r.image is not None and not args.keep_images:
             remove_task_image(r.image)

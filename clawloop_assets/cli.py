@@ -276,8 +276,10 @@ def transfer_to_base(pool: Path, base_checkpoint: Path | None, out: Path, sample
     return summary
 
 
-def evaluate_task_dir(directory: Path, checkpoint: str | None, samples: int | None) -> None:
-    """`clawloop eval` on the configured policy and sandbox backends."""
+def evaluate_task_dir(directory: Path, checkpoint: str | None, samples: int | None,
+                      sandbox_backend: str | None = None) -> None:
+    """`clawloop eval` on the configured policy backend and the sandbox
+    backend asked for (default: the configured one)."""
     import tempfile
 
     from clawloop_assets.assets.evaluation import evaluation_sampling_seed
@@ -294,9 +296,14 @@ def evaluate_task_dir(directory: Path, checkpoint: str | None, samples: int | No
     from resources.warehouse import DuckDBWarehouse
 
     resources = resources_for(read_environment().profile)
-    policy, loop = resources["policy"], resources["loop"]
+    policy, loop, sandbox = resources["policy"], resources["loop"], resources["sandbox"]
+    if sandbox_backend is not None:
+        from resources.sandbox import BubblewrapSandbox, DockerSandbox
+
+        sandbox = (DockerSandbox(cpu_shares=read_environment().docker_cpu_shares) if sandbox_backend == "docker"
+                   else BubblewrapSandbox())
     try:
-        tasks = load_eval_tasks(directory, resources["sandbox"])
+        tasks = load_eval_tasks(directory, sandbox)
         path = resolve_checkpoint(checkpoint, policy, DuckDBWarehouse)
         ident = checkpoint_id(path)
     except (EvalError, CheckpointError) as exc:
@@ -305,7 +312,7 @@ def evaluate_task_dir(directory: Path, checkpoint: str | None, samples: int | No
     session = policy.load(path)
     try:
         with tempfile.TemporaryDirectory(prefix="clawloop-eval-") as workdir:
-            report = evaluate_tasks(session, resources["sandbox"], tasks, ident, samples or loop.evaluation_samples,
+            report = evaluate_tasks(session, sandbox, tasks, ident, samples or loop.evaluation_samples,
                                     loop.agent_settings(), Path(workdir), evaluation_sampling_seed(loop),
                                     progress=lambda message: print(message, flush=True))
     except EvalError as exc:
@@ -313,7 +320,7 @@ def evaluate_task_dir(directory: Path, checkpoint: str | None, samples: int | No
     finally:
         session.close()
     print(render_eval(report), end="")
-    left_out = not_evaluated(directory)
+    left_out = not_evaluated(directory, sandbox)
     if left_out:
         print(left_out)
 
@@ -369,6 +376,9 @@ def main(argv: list[str] | None = None) -> None:
                                "default: the policy's base model")
     evaluate.add_argument("--samples", type=int, default=None,
                           help="rollouts per task (default: the loop's evaluation_samples)")
+    evaluate.add_argument("--sandbox", choices=["bubblewrap", "docker"], default=None,
+                          help="the sandbox backend (default: $CLAWLOOP_SANDBOX's); on docker, tasks validated only "
+                               "in their own image run there, on bubblewrap they are left out and named")
     harbor_run = commands.add_parser("harbor-run", help="run a Harbor task the Harbor way on the Docker engine: build "
                                                         "its Dockerfile, run solve.sh, then test.sh; prints the reward "
                                                         "of the oracle and of the untouched environment")
@@ -407,7 +417,7 @@ def main(argv: list[str] | None = None) -> None:
         print(render_import_table(results), end="")
         print(f"manifest: {manifest}")
     elif args.command == "eval":
-        evaluate_task_dir(args.tasks, args.checkpoint, args.samples)
+        evaluate_task_dir(args.tasks, args.checkpoint, args.samples, args.sandbox)
     elif args.command == "harbor-run":
         from clawloop_assets.harbor.docker_run import validate_the_harbor_way
         from clawloop_assets.harbor.task_format import HarborTaskError

@@ -190,7 +190,7 @@ def image_only_task(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_task_that_builds_only_as_an_image_validates_there_and_is_not_loaded_for_evaluation(image_only_task, tmp_path):
+def test_a_task_that_builds_only_as_an_image_validates_there_and_is_left_out_on_bubblewrap(image_only_task, tmp_path):
     from clawloop_assets.evaluation.fixed_set import image_only_tasks, imported_tasks
     from clawloop_assets.evaluation.task_dir import EvalError, load_eval_tasks, not_evaluated
     from clawloop_assets.harbor.docker_run import task_images
@@ -213,9 +213,9 @@ def test_a_task_that_builds_only_as_an_image_validates_there_and_is_not_loaded_f
     rows = json.loads(manifest.read_text())
     assert rows["runnable"] == [] and [r["task_id"] for r in rows["image_only"]] == ["build-step-task"]
     assert rows["image_only"][0]["image"] == result.image and rows["image_only"][0]["sandbox"] == "docker"
-    # Never loaded, never scored: named wherever it is left out.
+    # Off Docker never loaded, never scored: named wherever it is left out (test_harbor_image_episode runs it).
     assert imported_tasks(dest) == [] and [r["task_id"] for r in image_only_tasks(dest)] == ["build-step-task"]
-    with pytest.raises(EvalError, match="1 validate only in their own image on Docker"):
+    with pytest.raises(EvalError, match="1 validate only in their own image, where our agent runs on the Docker"):
         load_eval_tasks(dest)
     assert "build-step-task" in not_evaluated(dest)
     # The prune policy keeps an image while a destination lists its task as validated in it.
@@ -234,6 +234,12 @@ def test_a_task_that_builds_only_as_an_image_validates_there_and_is_not_loaded_f
     assert broken.reasons[0].startswith(f"in its own image: {image_only_task}/solution/solve.sh:3: `pip install "
                                         "clawloop-absent` needs the network, which the task's container does not have")
     assert result.image not in task_images()
+    # An oracle that goes on past its failed fetch and exits 0: the fetch is still named as the cause.
+    (image_only_task / "solution" / "solve.sh").write_text("#!/bin/bash\npip install clawloop-absent\ntrue\n")
+    broken = import_harbor_task(image_only_task, dest, DockerSandbox(), task_budget_s=300)
+    assert broken.reasons[0].startswith(f"in its own image: {image_only_task}/solution/solve.sh:2: `pip install "
+                                        "clawloop-absent` needs the network, which the task's container does not "
+                                        "have (the oracle exited with 0)"), broken.reasons[0]
     # Refused after its image was built (a test.sh requirement offline cannot meet): no image kept either.
     (image_only_task / "tests" / "test.sh").write_text("#!/bin/bash\nuvx -w ./vendored/plugin pytest\n")
     refused = import_harbor_task(image_only_task, dest, DockerSandbox(), task_budget_s=300)

@@ -11,7 +11,7 @@ from clawloop_assets.assets.training import policy_checkpoint
 from clawloop_assets.cost import measure
 from clawloop_assets.evaluation.fixed_set import (
     evaluation_tasks,
-    image_only_tasks,
+    left_out_on,
     level_figures,
     pass_at_1,
     pass_at_1_by_level,
@@ -88,8 +88,8 @@ def evaluation(context: dg.AssetExecutionContext, warehouse: Warehouse, sandbox:
         "evaluation_tasks": score.tasks,
         "own_tasks": sum(t.source == "own" for t in tasks),
         "imported_tasks": sum(t.source == "imported" for t in tasks),
-        # Validated only in their own image on Docker: not run, never scored (docs/harbor.md).
-        "imported_tasks_not_evaluated": len(image_only_tasks()),
+        # Validated only in their own image: run there on Docker; on bubblewrap not run, never scored (docs/harbor.md).
+        "imported_tasks_not_evaluated": len(left_out_on(sandbox)),
         "by_task_set": markdown_table(["task set", "tasks", "pass@1", "95% interval"], [
             (name, part.tasks, part.pass_at_1, f"[{part.ci_low}, {part.ci_high}]") for name, part in by_set.items()]),
         "by_level": markdown_table(["level (own set)", "tasks", "pass@1", "95% interval"], [

@@ -284,7 +284,8 @@ def imported_tasks(directory: Path | None = None, sandbox: Sandbox | None = None
     task validated in the harness image may lack a host tool, and the other
     way round. Hidden entries (an import in progress, the manifest) are
     skipped. Tasks validated only in their own image (`image_only_tasks`)
-    have no bundle: nothing here runs them."""
+    have no bundle: on the Docker backend they are loaded too, to run in
+    that image (`image_tasks`); on bubblewrap they are left out."""
     from clawloop_assets.harbor.task_format import HarborTaskError, _backend_name, read_import_manifest
 
     directory = Path(directory) if directory is not None else paths.evaluation_imports_dir()
@@ -314,7 +315,39 @@ def imported_tasks(directory: Path | None = None, sandbox: Sandbox | None = None
         except TaskBundleError as exc:
             raise EvaluationSetError(f"imported evaluation task {path.name} is malformed: {exc}") from exc
         tasks.append(EvaluationTask("imported", bundle.task_id, bundle.capability, bundle, benchmark_name(row)))
+    if sandbox is not None and _backend_name(sandbox) == "docker":
+        tasks += image_tasks(directory)
     return tasks
+
+
+def image_tasks(directory: Path | None = None) -> list[EvaluationTask]:
+    """The tasks under `directory` validated only in their own image, as
+    tasks our agent runs in that image (Docker backend only): each from
+    its Harbor task directory as hashed when validated, its image built.
+    One that changed or whose image is gone raises, naming it."""
+    from clawloop_assets.harbor.image_task import load_image_task
+    from clawloop_assets.harbor.task_format import HarborTaskError
+
+    tasks = []
+    for row in image_only_tasks(directory):
+        try:
+            bundle = load_image_task(row)
+        except HarborTaskError as exc:
+            raise EvaluationSetError(f"imported evaluation task {row.get('task_id')} (validated in its own image): "
+                                     f"{exc}") from exc
+        tasks.append(EvaluationTask("imported", bundle.task_id, bundle.capability, bundle, benchmark_name(row)))
+    return tasks
+
+
+def left_out_on(sandbox: Sandbox | None, directory: Path | None = None) -> list[dict]:
+    """The manifest rows of the tasks under `directory` an evaluation on
+    `sandbox`'s backend leaves out: those validated only in their own
+    image, unless it runs on Docker (where they run in that image)."""
+    from clawloop_assets.harbor.task_format import _backend_name
+
+    if sandbox is not None and _backend_name(sandbox) == "docker":
+        return []
+    return image_only_tasks(directory)
 
 
 def image_only_tasks(directory: Path | None = None) -> list[dict]:
@@ -380,10 +413,10 @@ def evaluation_tasks(sandbox: Sandbox, spec: EvaluationSetSpec,
     """The whole set (own, then imported) and the own part's set id."""
     set_id, own = ensure_own_set(sandbox, spec, log)
     tasks = own + imported_tasks(sandbox=sandbox)
-    left_out = image_only_tasks()
+    left_out = left_out_on(sandbox)
     if left_out:
-        log(f"{len(left_out)} imported task(s) validate only in their own image on Docker and are not evaluated "
-            f"(our agent's episodes do not run in task images): {', '.join(r['task_id'] for r in left_out)}")
+        log(f"{len(left_out)} imported task(s) validate only in their own image and are not evaluated on this "
+            f"backend (they run there on Docker): {', '.join(r['task_id'] for r in left_out)}")
     seen: dict[str, EvaluationTask] = {}
     for task in tasks:
         if task.task_id in seen:

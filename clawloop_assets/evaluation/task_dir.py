@@ -15,8 +15,8 @@ import polars as pl
 from clawloop_assets.evaluation.fixed_set import (
     EvaluationTask,
     PassAtOne,
-    image_only_tasks,
     imported_tasks,
+    left_out_on,
     pass_at_1,
     pass_at_1_by_set,
     rollout_errors,
@@ -49,7 +49,8 @@ def load_eval_tasks(directory: Path, sandbox: Sandbox | None = None) -> list[Eva
     """The validated tasks in `directory`: an import destination with its
     manifest, each validated on `sandbox`'s backend (when given). Anything
     else is refused naming the directory. Tasks validated only in their
-    own image are not loaded (`not_evaluated` names them)."""
+    own image are loaded on the Docker backend (they run in that image)
+    and left out elsewhere (`not_evaluated` names them)."""
     directory = Path(directory)
     if not directory.is_dir():
         raise EvalError(f"--tasks {directory}: not a directory")
@@ -58,22 +59,23 @@ def load_eval_tasks(directory: Path, sandbox: Sandbox | None = None) -> list[Eva
                         f"run `clawloop harbor-import SRC --dest {directory}` first")
     tasks = imported_tasks(directory, sandbox)
     if not tasks:
-        left_out = image_only_tasks(directory)
+        left_out = left_out_on(sandbox, directory)
         raise EvalError(f"--tasks {directory}: its manifest lists no runnable task" + (
-            f"; {len(left_out)} validate only in their own image on Docker, where our agent's episodes do not "
-            f"run ({', '.join(r['task_id'] for r in left_out[:10])}{', ...' if len(left_out) > 10 else ''})"
-            if left_out else ""))
+            f"; {len(left_out)} validate only in their own image, where our agent runs on the Docker backend only "
+            f"(`--sandbox docker`): {', '.join(r['task_id'] for r in left_out[:10])}"
+            f"{', ...' if len(left_out) > 10 else ''}" if left_out else ""))
     return tasks
 
 
-def not_evaluated(directory: Path) -> str | None:
-    """A line naming the tasks in `directory` that validate only in their
-    own image, so a report says what it left out (None when there are none)."""
-    left_out = image_only_tasks(directory)
+def not_evaluated(directory: Path, sandbox: Sandbox | None = None) -> str | None:
+    """A line naming the tasks in `directory` an evaluation on `sandbox`'s
+    backend leaves out (those validated only in their own image, off
+    Docker), so a report says what it left out (None when there are none)."""
+    left_out = left_out_on(sandbox, directory)
     if not left_out:
         return None
-    return (f"not evaluated: {len(left_out)} task(s) validate only in their own image on Docker, where our agent's "
-            f"episodes do not run: {', '.join(r['task_id'] for r in left_out)}")
+    return (f"not evaluated: {len(left_out)} task(s) validate only in their own image, where our agent runs on the "
+            f"Docker backend only (`--sandbox docker`): {', '.join(r['task_id'] for r in left_out)}")
 
 
 def resolve_checkpoint(spec: str | None, policy: PolicyModel, warehouse_factory) -> Path:

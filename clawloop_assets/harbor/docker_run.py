@@ -441,7 +441,8 @@ def build_task_image(task_dir: Path, apt_packages: list[str] = (), cpu_shares: i
     for base in (DEBIAN_BASE, PYTHON_BASE, *releases):
         digest.update((_image_id(base) or "").encode())
     for path in sorted(p for p in context.rglob("*") if p.is_file() and not p.is_symlink()):
-        digest.update(str(path.relative_to(context)).encode() + b"\0" + path.read_bytes())
+        mode = checkout_mode(path.lstat().st_mode, False)
+        digest.update(str(path.relative_to(context)).encode() + f"\0{mode:o}\0".encode() + path.read_bytes())
     tag = f"{IMAGE_REPOSITORY}/{_task_id(task_dir.name).lower()}:{digest.hexdigest()[:16]}"
     if _image_id(tag) is None:
         timeout = float(tomllib_get(task_dir / "task.toml", "environment", "build_timeout_sec", DEFAULT_BUILD_TIMEOUT_S))
@@ -449,6 +450,7 @@ def build_task_image(task_dir: Path, apt_packages: list[str] = (), cpu_shares: i
         with tempfile.TemporaryDirectory(prefix="clawloop-harbor-build-") as tmp:
             build = Path(tmp) / "context"
             shutil.copytree(context, build, symlinks=True)
+            with_checkout_modes(build)
             (build / "Dockerfile").write_text(text, encoding="utf-8")
             try:
                 _build(build, tag, timeout, cpu_shares, str(dockerfile), timeout_text)
@@ -462,6 +464,27 @@ def build_task_image(task_dir: Path, apt_packages: list[str] = (), cpu_shares: i
     return tag, adaptations
 
 
+def checkout_mode(mode: int, is_dir: bool) -> int:
+    """The mode a git checkout gives a task's file: git records only the
+    executable bit, so 0755 for a directory or an executable, else 0644.
+    A task's own modes may be a copy's (a read-only mirror's 0444), and a
+    COPY keeps them: a file the oracle must rewrite would then be read-only
+    in the image, which root without capabilities cannot override."""
+    return 0o755 if is_dir or mode & 0o111 else 0o644
+
+
+def with_checkout_modes(root: Path) -> None:
+    """Give every file and directory under `root` (a copy of ours) its
+    checkout mode (`checkout_mode`); links are left as they are."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            info = path.lstat()
+            if not stat.S_ISLNK(info.st_mode):
+                os.chmod(path, checkout_mode(info.st_mode, stat.S_ISDIR(info.st_mode)))
+    os.chmod(root, 0o755)
+
+
 def task_images(repository: str = IMAGE_REPOSITORY) -> list[str]:
     """The tags of the built task images: all of them (`clawloop-harbor/*`)
     or one task's (`clawloop-harbor/<task>`)."""
@@ -473,11 +496,21 @@ def task_images(repository: str = IMAGE_REPOSITORY) -> list[str]:
     return sorted(line for line in done.stdout.split() if line.startswith(IMAGE_REPOSITORY + "/"))
 
 
-def remove_task_image(tag: str) -> None:
-    """Remove a built task image (never another repository's)."""
+# How long removing an image may take: a large one, on an engine busy with builds, takes minutes.
+IMAGE_REMOVAL_SECONDS = 600.0
+
+
+def remove_task_image(tag: str) -> bool:
+    """Remove a built task image (never another repository's). False when
+    the engine did not answer in time (it goes on removing it): cleanup,
+    never a reason to stop what called it."""
     if not tag.startswith(IMAGE_REPOSITORY + "/"):
         raise ValueError(f"{tag!r} is not a task image ({IMAGE_REPOSITORY}/...)")
-    subprocess.run([_docker(), "image", "rm", "--force", tag], capture_output=True, timeout=CONTAINER_SECONDS)
+    try:
+        subprocess.run([_docker(), "image", "rm", "--force", tag], capture_output=True, timeout=IMAGE_REMOVAL_SECONDS)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
 
 
 def tomllib_get(path: Path, table: str, key: str, default):
@@ -573,6 +606,44 @@ def _image_path(image: str) -> str:
     return next((e.split("=", 1)[1] for e in env if e.startswith("PATH=")), "/usr/local/bin:/usr/bin:/bin")
 
 
+def toolchain_mounts(toolchain: Toolchain | None, wheels: Path, test_path: Path) -> list[str]:
+    """The `-v` mounts of the offline toolchain for a test.sh that runs uv:
+    the toolchain read-only, and `wheels` (made here, filled with the
+    wheelhouse; wheels fetched for the tests are added to it later, which
+    the mount shows) read-only at IMAGE_WHEELS."""
+    if toolchain is None:
+        raise HarborRunError(f"{test_path}: uses uv, and the offline toolchain is not built: run `make setup`")
+    wheels.mkdir(exist_ok=True)
+    for wheel in (toolchain.root / "wheels").iterdir():
+        shutil.copyfile(wheel, wheels / wheel.name)
+    os.chmod(wheels, 0o755)
+    return [f"{toolchain.root}:{TOOLCHAIN_MOUNT}:ro", f"{wheels}:{IMAGE_WHEELS}:ro"]
+
+
+def start_task_container(name: str, image: str, memory_bytes: int, cpus: float, cpu_shares: int | None,
+                         mounts: list[str]) -> None:
+    """Start a container of a task image, idle (`sleep infinity` as pid 1)
+    for `docker exec`, hardened: no network, every capability dropped,
+    no-new-privileges, our seccomp profile, task.toml's memory (no swap)
+    and cpus, a process limit, no core files; `mounts` are `-v` specs.
+    An engine that cannot start it raises SandboxError."""
+    args = [_docker(), "run", "-d", "--name", name, "--network", "none", "--hostname", "harbor",
+            "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+            "--security-opt", f"seccomp={_docker_seccomp_file()}",
+            "--memory", str(memory_bytes), "--memory-swap", str(memory_bytes), "--cpus", f"{cpus:g}",
+            "--pids-limit", str(HARBOR_MAX_PROCESSES), "--ulimit", "core=0:0",
+            *(["--cpu-shares", str(cpu_shares)] if cpu_shares else []),
+            *[part for mount in mounts for part in ("-v", mount)]]
+    try:
+        started = subprocess.run([*args, "--entrypoint", "sleep", image, "infinity"], capture_output=True, text=True,
+                                 timeout=CONTAINER_SECONDS)
+    except subprocess.TimeoutExpired:
+        subprocess.run([_docker(), "rm", "-f", name], capture_output=True, timeout=CONTAINER_SECONDS)
+        raise SandboxError(f"the container of {image} did not start within {CONTAINER_SECONDS:g} s") from None
+    if started.returncode != 0:
+        raise SandboxError(f"the container of {image} did not start: {started.stderr.strip()[-500:]}")
+
+
 def run_harbor_task(task_dir: Path, *, oracle: bool = True, cpu_shares: int | None = None,
                     toolchain: Toolchain | None = None, oracle_timeout_s: float | None = None,
                     budget: TaskBudget | None = None) -> HarborRun:
@@ -606,31 +677,20 @@ def run_harbor_task(task_dir: Path, *, oracle: bool = True, cpu_shares: int | No
         logs.mkdir()
         os.chmod(tmp, 0o755)
         os.chmod(logs, 0o777)  # the image's user writes the reward; made fresh for this run
-        args = [_docker(), "run", "-d", "--name", name, "--network", "none", "--hostname", "harbor",
-                "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-                "--security-opt", f"seccomp={_docker_seccomp_file()}",
-                "--memory", str(memory), "--memory-swap", str(memory), "--cpus", f"{config['cpus']:g}",
-                "--pids-limit", str(HARBOR_MAX_PROCESSES), "--ulimit", "core=0:0",
-                *(["--cpu-shares", str(cpu_shares)] if cpu_shares else []),
-                "-v", f"{logs}:{REWARD_DIR}:rw"]
+        mounts = [f"{logs}:{REWARD_DIR}:rw"]
         wheels = Path(tmp) / "wheels"
         wheels.mkdir()
         if first.uses_toolchain:
-            if toolchain is None:
-                raise HarborRunError(f"{test_path}: uses uv, and the offline toolchain is not built: run `make setup`")
-            for wheel in (toolchain.root / "wheels").iterdir():
-                shutil.copyfile(wheel, wheels / wheel.name)
-            os.chmod(wheels, 0o755)
-            # Filled before the tests run (fetched wheels): the mount shows what is added after the start.
-            args += ["-v", f"{toolchain.root}:{TOOLCHAIN_MOUNT}:ro", "-v", f"{wheels}:{IMAGE_WHEELS}:ro"]
-        started_container = subprocess.run([*args, "--entrypoint", "sleep", image, "infinity"],
-                                           capture_output=True, text=True, timeout=CONTAINER_SECONDS)
-        if started_container.returncode != 0:
-            raise SandboxError(f"the container of {image} did not start: {started_container.stderr.strip()[-500:]}")
+            mounts += toolchain_mounts(toolchain, wheels, test_path)
+        start_task_container(name, image, memory, config["cpus"], cpu_shares, mounts)
         try:
             oracle_exit, timed_out = None, False
             if oracle:
-                _copy_in(name, task_dir / "solution", "/solution")
+                with tempfile.TemporaryDirectory(prefix="clawloop-harbor-solution-") as solution_tmp:
+                    solution = Path(solution_tmp) / "solution"
+                    shutil.copytree(task_dir / "solution", solution, symlinks=True)
+                    with_checkout_modes(solution)
+                    _copy_in(name, solution, "/solution")
                 timeout, timeout_text = budget.cap(oracle_timeout_s or config["agent_timeout_s"], "the oracle")
                 oracle_exit, output = _exec(name, ["bash", "/solution/solve.sh"], timeout)
                 timed_out = oracle_exit is None
@@ -644,6 +704,7 @@ def run_harbor_task(task_dir: Path, *, oracle: bool = True, cpu_shares: int | No
             with tempfile.TemporaryDirectory(prefix="clawloop-harbor-tests-") as tests_tmp:
                 tests = Path(tests_tmp) / "tests"
                 shutil.copytree(task_dir / "tests", tests, symlinks=True)
+                with_checkout_modes(tests)
                 (tests / "test.sh").write_text(script.text, encoding="utf-8")
                 _copy_in(name, tests, "/tests")
             env = dict(config["verifier_env"])
@@ -772,12 +833,12 @@ def validate_the_harbor_way(task_dir: Path, *, cpu_shares: int | None = None, or
     solved = run_harbor_task(task_dir, cpu_shares=cpu_shares, oracle_timeout_s=oracle_timeout_s, budget=budget)
     if solved.reward != 1.0:
         reason = f"{task_dir / 'tests' / 'test.sh'}: the oracle's run does not pass: {solved.detail}"
-        if solved.oracle_exit not in (0, None):
-            offline = network_line(task_dir / "solution" / "solve.sh")
-            if offline:
-                # The containers have no network: that line is the likely cause.
-                reason = f"{offline}, which the task's container does not have (the oracle exited with " \
-                         f"{solved.oracle_exit}); " + reason
+        offline = network_line(task_dir / "solution" / "solve.sh")
+        if offline and not solved.oracle_timed_out:
+            # The containers have no network: that line is the likely cause,
+            # also when the oracle went on past it and exited 0 (no `set -e`).
+            reason = f"{offline}, which the task's container does not have (the oracle exited with " \
+                     f"{solved.oracle_exit}); " + reason
         return reason, solved, None
     untouched = run_harbor_task(task_dir, oracle=False, cpu_shares=cpu_shares, budget=budget)
     # As the bundle wrapper scores it: no valid reward on the untouched

@@ -71,6 +71,7 @@ import re
 import shlex
 import shutil
 import stat
+import subprocess
 import tempfile
 import time
 import tomllib
@@ -219,8 +220,8 @@ def import_harbor_task(src_dir: Path, dest_root: Path, sandbox: Sandbox | None =
     Dockerfile built, solve.sh and test.sh run in a container of it, within
     `task_budget_s` for the whole of it). One that passes there is listed
     as validated only in its image (`ImportResult.image`), with no bundle:
-    our agent's episodes do not run in task images, so the evaluation set
-    cannot run it and does not load it."""
+    the evaluation set runs our agent on it in that image on the Docker
+    backend (harbor/image_task.py) and leaves it out, named, on bubblewrap."""
     src = Path(src_dir)
     sandbox = sandbox or BubblewrapSandbox()
     result = _import_into_sandbox(src, Path(dest_root), sandbox, oracle_timeout_s, toolchain or load_toolchain())
@@ -285,8 +286,8 @@ def _validate_in_task_image(result: ImportResult, src: Path, sandbox: Sandbox, o
         remove_images()
         return replace(result, reasons=(f"in its own image: {failure}", *result.reasons))
     note = (f"{tests}: validates only in its own image {solved.image} on Docker (oracle 1, untouched "
-            f"{'no reward' if untouched.reward is None else f'{untouched.reward:g}'}); our agent's episodes do "
-            "not run in task images, so the evaluation set does not load it")
+            f"{'no reward' if untouched.reward is None else f'{untouched.reward:g}'}); our agent runs on it in "
+            "that image on the Docker backend only")
     return replace(result, image=solved.image, reasons=(note, *result.reasons),
                    adaptations=tuple(solved.adaptations))
 
@@ -382,6 +383,8 @@ def import_harbor_directory(src: Path, dest_root: Path, sandbox: Sandbox | None 
     import's entries for other tasks whose bundles are still there are kept."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from clawloop_assets.harbor.image_task import source_digest  # it builds on this module
+
     src, dest_root = Path(src), Path(dest_root)
     if not src.is_dir():
         raise HarborTaskError(f"{src}: not a directory")
@@ -418,6 +421,9 @@ def import_harbor_directory(src: Path, dest_root: Path, sandbox: Sandbox | None 
                 except SandboxError as exc:  # the harness's failure: the task is not judged
                     result = ImportResult(task_id, task_dir, False, None,
                                           (f"not validated: the sandbox failed: {exc}",), sandbox=backend)
+                except subprocess.TimeoutExpired as exc:  # an engine too busy to answer: likewise
+                    result = ImportResult(task_id, task_dir, False, None,
+                                          (f"not validated: the Docker engine did not answer: {exc}",), sandbox=backend)
         log(result)
         return result
 
@@ -437,8 +443,10 @@ def import_harbor_directory(src: Path, dest_root: Path, sandbox: Sandbox | None 
     manifest = {
         "source": str(src), "imported_at": time.time(),
         "runnable": kept + [dict(r.as_row(), sha256=bundle_digest(r.bundle_dir)) for r in results if r.runnable],
-        # Validated only in their own image on Docker: no bundle; the evaluation set does not load them.
-        "image_only": kept_images + [r.as_row() for r in results if r.image is not None],
+        # Validated only in their own image on Docker: no bundle; evaluated in that image on Docker only,
+        # from their source directory as hashed here (image_task.load_image_task).
+        "image_only": kept_images + [dict(r.as_row(), source_sha256=source_digest(r.source))
+                                     for r in results if r.image is not None],
         "not_runnable": [r.as_row() for r in results if not r.validated],
     }
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
@@ -467,7 +475,7 @@ def render_import_table(results: list[ImportResult]) -> str:
         lines += [f"{'':<46} {reason}" for reason in reasons[1:]]
     runnable, image_only = sum(r.runnable for r in results), sum(r.image is not None for r in results)
     lines.append(f"{runnable} runnable (imported and validated), "
-                 + (f"{image_only} validated only in their own image on Docker (not loaded for evaluation), "
+                 + (f"{image_only} validated only in their own image on Docker (evaluated there on Docker only), "
                     if image_only else "")
                  + f"{len(results) - runnable - image_only} not runnable here")
     return "\n".join(lines) + "\n"
@@ -1307,6 +1315,10 @@ def _memory_of(answer_path: str, mtime_ns: int) -> int | None:
 def task_memory_bytes(bundle: TaskBundle, default: int) -> int:
     """The memory an agent's command may use on `bundle`: an imported
     Harbor task's own (task.toml `memory`), else `default`."""
+    from clawloop_assets.harbor.image_task import ImageTaskBundle  # it builds on this module
+
+    if isinstance(bundle, ImageTaskBundle):
+        return bundle.memory_bytes
     if bundle.capability != HARBOR_CAPABILITY:
         return default
     memory = _memory_of(str(bundle.answer_path), bundle.answer_path.stat().st_mtime_ns)

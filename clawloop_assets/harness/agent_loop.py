@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence, TypeVar
 
+from clawloop_assets.harbor.image_task import ImageEpisode, is_image_task
 from clawloop_assets.harbor.task_format import task_memory_bytes
 from clawloop_assets.harness.verification import run_verifier
 from clawloop_assets.task_bundle import TaskBundle
@@ -306,7 +307,7 @@ class _Harness:
         self.pool = ThreadPoolExecutor(max_workers=settings.harness_workers, thread_name_prefix="harness")
         self.workspaces: dict[int, Future] = {}
         self.quotas: dict[int, ExitStack] = {}
-        self.episodes: dict[int, tuple[ExitStack, EpisodeRunner]] = {}
+        self.episodes: dict[int, tuple[ExitStack, EpisodeRunner | ImageEpisode]] = {}
         self.steps: list[tuple[Rollout, Future]] = []
         self.verified: set[int] = set()
         self.lock = threading.Lock()
@@ -326,6 +327,11 @@ class _Harness:
         these run before any command."""
         for rollout in rollouts:
             self.quotas[id(rollout)] = ExitStack()
+            if is_image_task(rollout.task):
+                # Its workspace is the container's (made at its first command): nothing on the host.
+                rollout.quota_enforced = True  # the container holds what the agent writes
+                self.workspaces[id(rollout)] = self.pool.submit(lambda: None)
+                continue
             self.workspaces[id(rollout)] = self.pool.submit(_prepare_workspace, rollout, self.quotas[id(rollout)])
 
     def act_on(self, turn: int) -> Callable[[Rollout], None]:
@@ -359,6 +365,8 @@ class _Harness:
         """The rollout's episode, opened (with retries) when first asked for.
         An episode of one command is one fresh sandbox, which `run` gives at
         less cost on every backend (no episode to keep)."""
+        if is_image_task(rollout.task):
+            return EpisodeRunner(self._image_episode(rollout).run)
         mounts = [Mount(rollout.workspace, "/workspace", writable=True)]
         if only_command:
             return EpisodeRunner(lambda argv, limits: self.sandbox.run(argv, mounts, limits=limits))
@@ -369,7 +377,23 @@ class _Harness:
                 self.episodes[id(rollout)] = (stack, runner)
         return self.episodes[id(rollout)][1]
 
+    def _image_episode(self, rollout: Rollout) -> ImageEpisode:
+        """The container of a task-image rollout, started (with retries)
+        when first asked for: at its first command, or at its verification
+        when it ran none. Its commands and its tests run in it."""
+        if id(rollout) not in self.episodes:
+            episode = ImageEpisode(rollout.task, cpu_shares=getattr(self.sandbox, "cpu_shares", None))
+            with_sandbox_retries(episode.start)
+            stack = ExitStack()
+            stack.callback(episode.close)
+            with self.lock:
+                self.episodes[id(rollout)] = (stack, episode)
+        return self.episodes[id(rollout)][1]
+
     def _verify(self, rollout: Rollout) -> None:
+        if is_image_task(rollout.task):
+            self._verify_in_image(rollout)
+            return
         with self.lock:
             self.verified.add(id(rollout))
             stack, _runner = self.episodes.pop(id(rollout), (None, None))
@@ -386,6 +410,31 @@ class _Harness:
             _harness_failure(rollout, f"the harness failed scoring this rollout: {exc!r}")
         finally:
             self.quotas.pop(id(rollout)).close()  # copied out; what goes wrong there is recorded on the rollout
+
+    def _verify_in_image(self, rollout: Rollout) -> None:
+        """A task-image rollout's tests, in its container as the agent left
+        it (as Harbor verifies), then the container removed."""
+        with self.lock:
+            self.verified.add(id(rollout))
+        try:
+            if rollout.status in ("sandbox_error", "policy_error"):
+                return
+            episode = self._image_episode(rollout)
+            verdict = episode.verify()
+            rollout.sandbox_seconds += verdict.seconds
+            rollout.verifier_checks = verdict.checks
+            if verdict.status == "scored":
+                rollout.reward = verdict.reward
+            else:
+                rollout.status, rollout.error = "verifier_error", verdict.error
+        except Exception as exc:  # noqa: BLE001 - the harness's failure, this rollout's exclusion
+            _harness_failure(rollout, f"the harness failed verifying this rollout in its task image: {exc!r}")
+        finally:
+            with self.lock:
+                stack, _episode = self.episodes.pop(id(rollout), (None, None))
+            if stack is not None:
+                stack.close()
+            self.quotas.pop(id(rollout)).close()
 
     def wait_for_commands(self) -> list[tuple[Rollout, str]]:
         """Wait for the turn's commands; (rollout, observation) of each rollout
