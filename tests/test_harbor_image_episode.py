@@ -150,3 +150,17 @@ def test_an_image_only_row_is_refused_once_its_source_changed_or_without_its_has
     (src / "tests" / "test.sh").write_text("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n")
     with pytest.raises(HarborTaskError, match=f"{src}: changed since"):
         load_image_task(row)
+
+
+@pytest.mark.slow
+def test_a_task_asking_more_cpus_than_this_machine_has_gets_them_all(imported, tmp_path):
+    import os
+
+    from clawloop_assets.evaluation.task_dir import load_eval_tasks
+
+    (task,) = load_eval_tasks(imported[0], docker_sandbox())
+    more = dataclasses.replace(task.bundle, cpus=float(os.cpu_count() + 2))
+    (rollout,) = rollouts_of(more, ["cat /sys/fs/cgroup/cpu.max 2>/dev/null || cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us"
+                                    "\n```", "submit\n```"], tmp_path)
+    assert rollout.status == "scored" and rollout.exit_codes[0] == 0, rollout.error
+    assert str(os.cpu_count() * 100000) in rollout.last_output, rollout.last_output

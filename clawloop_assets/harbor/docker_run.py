@@ -625,8 +625,11 @@ def start_task_container(name: str, image: str, memory_bytes: int, cpus: float, 
     """Start a container of a task image, idle (`sleep infinity` as pid 1)
     for `docker exec`, hardened: no network, every capability dropped,
     no-new-privileges, our seccomp profile, task.toml's memory (no swap)
-    and cpus, a process limit, no core files; `mounts` are `-v` specs.
-    An engine that cannot start it raises SandboxError."""
+    and cpus (at most this machine's cores: Docker refuses more, and a task
+    asking more only runs slower here; `cpu_adaptation` says so), a process
+    limit, no core files; `mounts` are `-v` specs. An engine that cannot
+    start it raises SandboxError."""
+    cpus = min(cpus, float(os.cpu_count() or 1))
     args = [_docker(), "run", "-d", "--name", name, "--network", "none", "--hostname", "harbor",
             "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
             "--security-opt", f"seccomp={_docker_seccomp_file()}",
@@ -642,6 +645,13 @@ def start_task_container(name: str, image: str, memory_bytes: int, cpus: float, 
         raise SandboxError(f"the container of {image} did not start within {CONTAINER_SECONDS:g} s") from None
     if started.returncode != 0:
         raise SandboxError(f"the container of {image} did not start: {started.stderr.strip()[-500:]}")
+
+
+def cpu_adaptation(task_toml: Path, cpus: float) -> list[str]:
+    """The note when task.toml asks more cpus than this machine has (start_task_container caps them)."""
+    cores = os.cpu_count() or 1
+    return ([f"{task_toml}: [environment] cpus = {cpus:g}, more than this machine's {cores} cores: the container gets "
+             f"{cores}"] if cpus > cores else [])
 
 
 def run_harbor_task(task_dir: Path, *, oracle: bool = True, cpu_shares: int | None = None,
@@ -670,6 +680,7 @@ def run_harbor_task(task_dir: Path, *, oracle: bool = True, cpu_shares: int | No
     budget = budget or TaskBudget(None)
     image, adaptations = build_task_image(task_dir, sorted(first.apt), cpu_shares, budget,
                                           interpreter=first.uses_uv)
+    adaptations += cpu_adaptation(task_dir / "task.toml", config["cpus"])
     name = f"clawloop-harbor-{uuid.uuid4().hex[:12]}"
     memory = int(config["memory_bytes"])
     with tempfile.TemporaryDirectory(prefix="clawloop-harbor-run-") as tmp:
