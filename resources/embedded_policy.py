@@ -369,30 +369,25 @@ class _PreallocatedLayer(DynamicLayer):
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, capacity: int):
         super().__init__()
         batch, heads, length, dim = keys.shape
-        # Two pairs of buffers: the rows in use are the first rows of one pair
-        # (`_rooms`); the other (`_spare`, made when rows first leave) takes them
-        # when rows leave.
-        self._rooms = (keys.new_empty(batch, heads, capacity, dim), values.new_empty(batch, heads, capacity, values.shape[3]))
-        self._spare: tuple[torch.Tensor, torch.Tensor] | None = None
-        self._rows = batch
-        self._rooms[0][:, :, :length] = keys
-        self._rooms[1][:, :, :length] = values
+        self._key_room = keys.new_empty(batch, heads, capacity, dim)
+        self._value_room = values.new_empty(batch, heads, capacity, values.shape[3])
+        self._key_room[:, :, :length] = keys
+        self._value_room[:, :, :length] = values
         self._length = length
         self.device = keys.device
         self.is_initialized = True
         self._expose()
 
     def _expose(self) -> None:
-        self.keys = self._rooms[0][: self._rows, :, : self._length]
-        self.values = self._rooms[1][: self._rows, :, : self._length]
+        self.keys = self._key_room[:, :, : self._length]
+        self.values = self._value_room[:, :, : self._length]
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         end = self._length + key_states.shape[2]
-        capacity = self._rooms[0].shape[2]
-        if end > capacity:
-            raise RuntimeError(f"KV cache room of {capacity} tokens exceeded")
-        self._rooms[0][: self._rows, :, self._length : end] = key_states
-        self._rooms[1][: self._rows, :, self._length : end] = value_states
+        if end > self._key_room.shape[2]:
+            raise RuntimeError(f"KV cache room of {self._key_room.shape[2]} tokens exceeded")
+        self._key_room[:, :, self._length : end] = key_states
+        self._value_room[:, :, self._length : end] = value_states
         self._length = end
         self._expose()
         return self.keys, self.values
@@ -401,17 +396,8 @@ class _PreallocatedLayer(DynamicLayer):
         return self._length
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        """Keep the rows `indices`, in that order: gathered into the spare pair,
-        which then becomes the rooms. Gathering into a fresh tensor each time
-        rows finish costs about three times as much (its pages are mapped and
-        zeroed anew)."""
-        if self._spare is None:
-            self._spare = (torch.empty_like(self._rooms[0]), torch.empty_like(self._rooms[1]))
-        rows = len(indices)
-        for source, target in zip(self._rooms, self._spare):
-            torch.index_select(source[: self._rows], 0, indices, out=target[:rows])
-        self._rooms, self._spare = self._spare, self._rooms
-        self._rows = rows
+        self._key_room = self._key_room[indices]
+        self._value_room = self._value_room[indices]
         self._expose()
 
 
