@@ -198,7 +198,10 @@ def test_generator_directory_holds_the_shared_module_beside_the_family(tmp_path,
     # The oracle scripts (oracles/common/ and the family's oracles/<family>/) come along, as they are.
     oracles = {p.relative_to(GENERATORS).as_posix(): p.read_bytes()
                for folder in ("common", capability) for p in sorted((GENERATORS / "oracles" / folder).glob("*.py"))}
-    assert sorted(p.name for p in gen.iterdir()) == sorted([f"{capability}.py", "generator_common.py", "oracles", "params.json"])
+    assert sorted(p.name for p in gen.iterdir()) == sorted(
+        [f"{capability}.py", "generator_common.py", "oracles", "params.json", "__pycache__"])
+    # The shared module's compiled bytecode, and nothing else, rides along.
+    assert [p.name for p in (gen / "__pycache__").iterdir()] == [f"generator_common.{sys.implementation.cache_tag}.pyc"]
     assert (gen / "generator_common.py").read_bytes() == (GENERATORS / "generator_common.py").read_bytes()
     assert {p.relative_to(gen).as_posix(): p.read_bytes() for p in sorted(gen.glob("oracles/*/*"))} == oracles
     # The family imports the shared code instead of carrying a copy of it.
