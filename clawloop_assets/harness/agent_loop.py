@@ -421,12 +421,7 @@ class _Harness:
                 return
             episode = self._image_episode(rollout)
             verdict = episode.verify()
-            rollout.sandbox_seconds += verdict.seconds
-            rollout.verifier_checks = verdict.checks
-            if verdict.status == "scored":
-                rollout.reward = verdict.reward
-            else:
-                rollout.status, rollout.error = "verifier_error", verdict.error
+            _record_verdict(rollout, verdict)
         except Exception as exc:  # noqa: BLE001 - the harness's failure, this rollout's exclusion
             _harness_failure(rollout, f"the harness failed verifying this rollout in its task image: {exc!r}")
         finally:
@@ -617,6 +612,11 @@ def _score(rollout: Rollout, sandbox: Sandbox) -> None:
     except SandboxError as exc:
         rollout.status, rollout.error = "sandbox_error", str(exc)
         return
+    _record_verdict(rollout, verdict)
+
+
+def _record_verdict(rollout: Rollout, verdict) -> None:
+    """A verifier's verdict on the rollout: its reward, or a verifier error (never a score)."""
     rollout.sandbox_seconds += verdict.seconds
     rollout.verifier_checks = verdict.checks
     if verdict.status == "scored":
