@@ -1,8 +1,10 @@
 """The local policy model: a transformers causal LM on CPU with its own sampling
 loop, so every sampled token comes with the exact log-probability GRPO needs,
 and each prompt is prefilled once however many samples it gets. A session also
-keeps the prefills of earlier calls' prompts, so a later prompt that extends one
-(a multi-turn rollout's next turn) prefills only its new tokens."""
+keeps the prefills of earlier prompts, so a later prompt runs only the tokens
+past the longest run it shares with one: a multi-turn rollout's next turn its
+new turn, another task's first turn its own instruction (the system prompt and
+worked examples every task starts with are already there)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+import numpy as np
 import torch
 from pydantic import Field
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
@@ -32,8 +35,8 @@ class EmbeddedPolicyModel(PolicyModel):
     prefix_cache_tokens: int = Field(
         default=16384,
         description=(
-            "Most prompt tokens whose keys/values a session keeps from earlier sample calls, so a prompt "
-            "that extends one prefills only its new tokens; 0 turns the cache off. SmolLM2-135M holds "
+            "Most prompt tokens whose keys/values a session keeps from earlier prompts, so a prompt that "
+            "shares a leading run with one prefills only the rest; 0 turns the cache off. SmolLM2-135M holds "
             "about 46 KB per token (30 layers x keys and values x 3 heads x 64 dims x 4 bytes), so the "
             "default is about 750 MB."
         ),
@@ -67,47 +70,75 @@ class _Prefill:
     length: int
     keys: list[torch.Tensor]  # per layer, [1, kv_heads, length, head_dim]
     values: list[torch.Tensor]
-    last_logits: torch.Tensor  # [vocab]
+    last_logits: torch.Tensor | None  # [vocab]; None for a head cut from a longer prefill
+
+    def head(self, length: int) -> _Prefill:
+        """The prefill of this prompt's first `length` tokens: views of its keys/values
+        (causal attention: no position ever saw a later one), with no logits."""
+        if length == self.length:
+            return self
+        return _Prefill(length, [k[:, :, :length] for k in self.keys], [v[:, :, :length] for v in self.values], None)
 
 
 class _PrefixCache:
     """Prefills of earlier prompts, keyed by their token ids and bounded by the
-    tokens they hold. Eviction is least recently used, except that prompts which
-    were themselves prefilled on top of a cached prefix ("derived": a rollout's
-    second or later turn, one per rollout) go before prompts prefilled from
-    scratch (a task's first turn, shared by all its rollouts): a turn's hundreds
-    of derived prompts would otherwise push out the few shared prefixes that the
-    rest of that same turn still needs."""
+    tokens they hold. A new prompt reuses the cached prefill that shares the
+    most leading tokens with it: a whole cached prompt it extends (a rollout's
+    next turn), or the head of one it only starts like (another task's first
+    turn, which shares the system prompt and worked examples).
+
+    Eviction is least recently used, except that prompts which were themselves
+    prefilled on top of a whole cached prompt ("derived": a rollout's second or
+    later turn, one per rollout) go before the others (a task's first turn,
+    shared by all its rollouts): a turn's hundreds of derived prompts would
+    otherwise push out the few first turns that the rest of that same turn
+    still needs."""
+
+    # A head shorter than this is not worth a separate batch of extensions.
+    MIN_SHARED_TOKENS = 32
 
     def __init__(self, max_tokens: int):
         if max_tokens < 0:
             raise ValueError(f"prefix_cache_tokens must be >= 0, got {max_tokens}")
         self.max_tokens = max_tokens
         self.tokens = 0
-        self._entries: OrderedDict[tuple[int, ...], tuple[_Prefill, bool]] = OrderedDict()
+        self._entries: OrderedDict[tuple[int, ...], tuple[_Prefill, bool, np.ndarray]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def longest_prefix(self, prompt: tuple[int, ...]) -> _Prefill | None:
-        """The cached prefill of the longest cached prompt that `prompt` starts with
-        (possibly `prompt` itself), marked as just used; None when there is none."""
-        best = None
-        for key in self._entries:
-            if len(key) <= len(prompt) and (best is None or len(key) > len(best)) and prompt[: len(key)] == key:
-                best = key
+    def longest_shared(self, prompt: tuple[int, ...]) -> tuple[_Prefill, int] | None:
+        """The cached prefill sharing the most leading tokens with `prompt`, and how
+        many of them to reuse: all of a cached prompt that `prompt` extends or is;
+        else the shared run, at least MIN_SHARED_TOKENS and short of the whole
+        prompt (its last token must run to give the next token's logits). Marked
+        as just used; None when no entry shares enough."""
+        ids = np.asarray(prompt, dtype=np.int64)
+        best, best_length = None, 0
+        for key, (_, _, key_ids) in self._entries.items():
+            n = min(len(key_ids), len(ids))
+            differ = np.flatnonzero(key_ids[:n] != ids[:n])
+            shared = int(differ[0]) if differ.size else n
+            if shared == len(key):
+                usable = shared  # a whole cached prompt: its logits are the next token's
+            else:
+                usable = min(shared, len(prompt) - 1)
+                if usable < self.MIN_SHARED_TOKENS:
+                    continue
+            if usable > best_length:
+                best, best_length = key, usable
         if best is None:
             return None
         self._entries.move_to_end(best)
-        return self._entries[best][0]
+        return self._entries[best][0], best_length
 
     def put(self, key: tuple[int, ...], prefill: _Prefill, *, derived: bool) -> None:
         if key in self._entries or prefill.length > self.max_tokens:
             return
-        self._entries[key] = (prefill, derived)
+        self._entries[key] = (prefill, derived, np.asarray(key, dtype=np.int64))
         self.tokens += prefill.length
         while self.tokens > self.max_tokens:
-            victim = next((k for k, (_, d) in self._entries.items() if d and k != key), None)
+            victim = next((k for k, (_, d, _) in self._entries.items() if d and k != key), None)
             if victim is None:
                 victim = next(iter(self._entries))
             self.tokens -= self._entries.pop(victim)[0].length
@@ -214,32 +245,36 @@ class TransformersPolicySession(PolicySession):
 
     def _prefill_all(self, prompts: list[list[int]]) -> dict[tuple[int, ...], _Prefill]:
         """A prefill for every distinct prompt: taken from the prefix cache when the
-        prompt is cached whole, its new tokens run on top of the longest cached
-        prefix when it extends one, and run from scratch otherwise."""
+        prompt is cached whole, its new tokens run on top of the cached prefill that
+        shares the most leading tokens with it (`_PrefixCache.longest_shared`), and
+        run from scratch otherwise."""
         cache = self.prefix_cache
         prefills: dict[tuple[int, ...], _Prefill] = {}
-        extending: dict[int, tuple[_Prefill, list[tuple[int, ...]]]] = {}  # id(base) -> (base, prompts)
+        # (id(base), tokens reused) -> (base, tokens reused, prompts)
+        extending: dict[tuple[int, int], tuple[_Prefill, int, list[tuple[int, ...]]]] = {}
         seen: set[tuple[int, ...]] = set()
         for prompt in prompts:
             key = tuple(prompt)
             if key in seen:
                 continue
             seen.add(key)
-            base = cache.longest_prefix(key) if cache.max_tokens else None
-            if base is None:
+            found = cache.longest_shared(key) if cache.max_tokens else None
+            if found is None:
                 prefills[key] = self._prefill(prompt)
                 if cache.max_tokens:
                     cache.put(key, prefills[key], derived=False)
-            elif base.length == len(key):
-                prefills[key] = base
+            elif found[1] == len(key):
+                prefills[key] = found[0]
             else:
-                extending.setdefault(id(base), (base, []))[1].append(key)
+                base, length = found
+                extending.setdefault((id(base), length), (base, length, []))[2].append(key)
         # `extending` holds its bases, so evictions while these run cannot lose one.
-        for base, keys in extending.values():
-            for batch in _suffix_batches(keys, base.length, self.max_batch_sequences):
-                for key, prefill in zip(batch, self._extend(base, [list(k[base.length :]) for k in batch])):
+        for base, length, keys in extending.values():
+            head = base.head(length)
+            for batch in _suffix_batches(keys, length, self.max_batch_sequences):
+                for key, prefill in zip(batch, self._extend(head, [list(k[length:]) for k in batch])):
                     prefills[key] = prefill
-                    cache.put(key, prefill, derived=True)
+                    cache.put(key, prefill, derived=head is base)
         return prefills
 
     def _extend(self, base: _Prefill, suffixes: list[list[int]]) -> list[_Prefill]:

@@ -3,6 +3,7 @@ sampling loop's contract (exact log-probs, seeded, stop handling, batching),
 and the prefix cache that lets a later turn prefill only its new tokens."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -137,20 +138,42 @@ def fake_prefill(length: int) -> _Prefill:
     return _Prefill(length=length, keys=[], values=[], last_logits=torch.zeros(1))
 
 
-def test_prefix_cache_finds_the_longest_cached_prefix():
+def test_prefix_cache_reuses_whole_cached_prompts_a_prompt_extends():
     cache = _PrefixCache(100)
     short, long, other = fake_prefill(2), fake_prefill(4), fake_prefill(3)
     cache.put((1, 2), short, derived=False)
     cache.put((1, 2, 3, 4), long, derived=True)
     cache.put((9, 9, 9), other, derived=False)
-    assert cache.longest_prefix((1, 2, 3, 4, 5)) is long
-    assert cache.longest_prefix((1, 2, 3, 4)) is long  # the prompt itself, cached whole
-    assert cache.longest_prefix((1, 2, 3)) is short
-    assert cache.longest_prefix((1,)) is None
-    assert cache.longest_prefix((2, 1, 3, 4)) is None
+    assert cache.longest_shared((1, 2, 3, 4, 5)) == (long, 4)
+    assert cache.longest_shared((1, 2, 3, 4)) == (long, 4)  # the prompt itself, cached whole
+    assert cache.longest_shared((1, 2, 3)) == (short, 2)  # shares 3 with `long`: under MIN_SHARED_TOKENS
+    assert cache.longest_shared((1,)) is None
+    assert cache.longest_shared((2, 1, 3, 4)) is None
     assert cache.tokens == 9 and len(cache) == 3
     cache.clear()
-    assert cache.tokens == 0 and cache.longest_prefix((1, 2, 3)) is None
+    assert cache.tokens == 0 and cache.longest_shared((1, 2, 3)) is None
+
+
+def test_prefix_cache_reuses_the_head_another_prompt_shares():
+    """Another task's first turn: the same system prompt and examples, then its
+    own instruction. The longest shared run is reused, short of the whole
+    prompt (its last token must run for the next token's logits)."""
+    m = _PrefixCache.MIN_SHARED_TOKENS
+    cache = _PrefixCache(1000)
+    system = tuple(range(100, 100 + m))
+    task_a, task_b = system + (1, 2, 3), system + (1, 2, 7, 7, 7)
+    cache.put(task_a, fake_prefill(len(task_a)), derived=False)
+    prefill_a = cache.longest_shared(task_a)[0]
+    assert cache.longest_shared(task_b) == (prefill_a, m + 2)
+    assert cache.longest_shared(system + (9,)) == (prefill_a, m)
+    assert cache.longest_shared(system + (1,)) == (prefill_a, m)  # a prompt that task_a starts with: all but its last token
+    assert cache.longest_shared(system[:-1] + (9, 9)) is None  # shares one token short of MIN_SHARED_TOKENS
+    assert cache.longest_shared((5,) + system) is None
+    # A longer shared run wins over a shorter one, a whole cached prompt over a head of the same length.
+    longer = system + (1, 2, 7, 7)
+    cache.put(longer, fake_prefill(len(longer)), derived=False)
+    assert cache.longest_shared(task_b)[1] == m + 4
+    assert cache.longest_shared(longer + (0,)) == (cache.longest_shared(longer)[0], len(longer))
 
 
 def test_prefix_cache_evicts_derived_prompts_before_shared_prefixes():
@@ -159,22 +182,22 @@ def test_prefix_cache_evicts_derived_prompts_before_shared_prefixes():
     cache.put((2, 2, 2), fake_prefill(3), derived=False)
     cache.put((1, 1, 1, 5), fake_prefill(4), derived=True)
     cache.put((2, 2, 2, 6), fake_prefill(4), derived=True)  # over 10: the older derived prompt goes
-    assert cache.longest_prefix((1, 1, 1, 5)).length == 3
-    assert cache.longest_prefix((2, 2, 2, 6)).length == 4
+    assert cache.longest_shared((1, 1, 1, 5))[1] == 3
+    assert cache.longest_shared((2, 2, 2, 6))[1] == 4
     assert cache.tokens == 10
     # A derived prompt goes first even when it was used more recently than a shared one.
     cache.put((3, 3, 3), fake_prefill(3), derived=False)
-    assert cache.longest_prefix((2, 2, 2, 6)).length == 3
+    assert cache.longest_shared((2, 2, 2, 6))[1] == 3
     assert cache.tokens == 9
     # With no derived prompt left, the least recently used one goes: (2, 2, 2) was used
     # just above and (1, 1, 1) just below, so (3, 3, 3).
-    assert cache.longest_prefix((1, 1, 1)) is not None
+    assert cache.longest_shared((1, 1, 1)) is not None
     cache.put((4, 4), fake_prefill(2), derived=False)
-    assert cache.longest_prefix((3, 3, 3)) is None
-    assert all(cache.longest_prefix(k) is not None for k in [(1, 1, 1), (2, 2, 2), (4, 4)])
+    assert cache.longest_shared((3, 3, 3)) is None
+    assert all(cache.longest_shared(k) is not None for k in [(1, 1, 1), (2, 2, 2), (4, 4)])
     assert cache.tokens == 8
     cache.put(tuple(range(11)), fake_prefill(11), derived=False)  # bigger than the whole cache: not kept
-    assert cache.longest_prefix(tuple(range(11))) is None and cache.tokens <= 10
+    assert cache.longest_shared(tuple(range(11))) is None and cache.tokens <= 10
 
 
 def test_prefix_cache_of_zero_tokens_keeps_nothing():
@@ -351,6 +374,44 @@ def test_extending_a_prefill_equals_prefilling_the_whole_prompt(embedded_session
             assert ours.shape == theirs.shape
             assert torch.allclose(ours, theirs, atol=1e-4)
     assert base.keys[0].shape[2] == len(prompt)  # the base itself is untouched
+
+
+@pytest.mark.slow
+def test_first_turns_of_other_tasks_reuse_the_shared_head_and_sample_as_a_fresh_session(
+    shell_prompts, base_checkpoint_dir, monkeypatch
+):
+    params = SamplingParams(max_new_tokens=10, seed=23)
+    cached = EmbeddedPolicyModel(model_cache_dir=str(base_checkpoint_dir.parent), max_batch_sequences=5).load(
+        base_checkpoint_dir
+    )
+    uncached = EmbeddedPolicyModel(model_cache_dir=str(base_checkpoint_dir.parent), prefix_cache_tokens=0).load(
+        base_checkpoint_dir
+    )
+    try:
+        whole, extended = [], []
+        real_prefill, real_extend = type(cached)._prefill, type(cached)._extend
+        monkeypatch.setattr(cached, "_prefill", lambda prompt: whole.append(prompt) or real_prefill(cached, prompt))
+        monkeypatch.setattr(cached, "_extend", lambda base, suffixes: extended.append((base.length, suffixes))
+                            or real_extend(cached, base, suffixes))
+        ours = cached.sample(shell_prompts, 2, params)
+        # Only the first task's prompt runs whole; the others run their own tokens on its head.
+        assert whole == [shell_prompts[0]]
+        shared = len(os.path.commonprefix([shell_prompts[0], shell_prompts[1]]))
+        assert shared >= cached.prefix_cache.MIN_SHARED_TOKENS
+        assert sorted(len(s) + length for length, batch in extended for s in batch) == sorted(map(len, shell_prompts[1:]))
+        assert all(length <= shared for length, _ in extended)
+        assert cached.prefix_cache.tokens == sum(map(len, shell_prompts))
+
+        theirs = uncached.sample(shell_prompts, 2, params)
+        for prompt, group, fresh in zip(shell_prompts, ours, theirs):
+            assert [c.token_ids for c in group] == [c.token_ids for c in fresh]
+            for a, b in zip(group, fresh):
+                assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+                expected = teacher_forced_logprobs(uncached, prompt, a.token_ids, params.temperature)
+                assert a.logprobs == pytest.approx(expected, abs=1e-4)
+    finally:
+        cached.close()
+        uncached.close()
 
 
 @pytest.mark.slow
