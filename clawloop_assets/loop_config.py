@@ -131,12 +131,10 @@ class LoopConfig(dg.ConfigurableResource):
 
     # --- the fixed evaluation set (clawloop_assets/evaluation/fixed_set.py) -------------------------------------------
     # The default set is graded: 2 seeds x 13 capabilities at each of levels -2, -1, 0 and 1 (104 tasks), one
-    # sample each, so every level's pass@1 has its own Wilson interval over 26 tasks for 104 rollouts a round.
-    # The interval is over tasks, so more tasks narrow it and more samples of the same task barely do: 26 tasks
-    # at one sample bound a level at 0 passes by 13%, where 13 tasks at two samples (the same rollouts) give 23%.
-    # Measured back to back against the old default (13 level-0 tasks x 5 samples, 65 rollouts): the evaluation
-    # phase takes 1.30x as long (docs/experiments/2026-12-02-graded-evaluation-set.md), some 10 s on a round's
-    # 30-40 s. Building the set, once per home (its first round), took 256 s on the same loaded machine.
+    # sample each, so every level's pass@1 has its own Wilson interval over 26 tasks. The interval is over
+    # tasks, so more tasks narrow it and more samples of the same task barely do: 26 tasks at one sample bound
+    # a level at 0 passes by 13%, where 13 tasks at two samples (the same rollouts) give 23%. Its cost and the
+    # measurements behind it: docs/experiments/2026-12-02-graded-evaluation-set.md.
     evaluation_samples: int = Field(
         default=1, description="Samples per evaluation task, k of Avg@k (>= 1; 1 by default: the interval is over "
                                "tasks, so the rollouts buy more tasks instead; 5 is the paper's Avg@5).")

@@ -463,7 +463,7 @@ class BubblewrapSandbox(Sandbox):
                 raise SandboxError(f"could not start bubblewrap: {exc}") from exc
             # bwrap runs with --die-with-parent and is pid 1 of its namespace:
             # killing its group kills everything the command started.
-            result = _collect(proc, limits, kill=lambda: _kill_group(proc))
+            result = _collect(proc, limits, kill=lambda: kill_process_group(proc))
         finally:
             if cgroup is not None:
                 cgroup.remove()
@@ -944,7 +944,7 @@ class DockerSandbox(Sandbox):
             # The client first: while it is attached and not read, the engine
             # blocks on the container's output and cannot remove it. Killing
             # the client leaves the container running: remove it by name.
-            _kill_group(proc)
+            kill_process_group(proc)
             subprocess.run([self._docker(), "rm", "--force", name], capture_output=True, timeout=60)
 
         result = _collect(proc, limits, kill=kill)
@@ -1053,7 +1053,7 @@ class _DockerEpisode:
                     and len(head) + len(tail) <= limits.output_bytes + 2):
                 self._end("the sandbox sent a malformed result")
                 return self._ended_result(started, timed_out=False)
-            capture = _CappedOutput(limits.output_bytes)
+            capture = CappedOutput(limits.output_bytes)
             capture.head, capture.tail, capture.total = bytearray(head), bytearray(tail), total
             return CommandResult(exit_code=None if timed_out else exit_code, output=capture.text(),
                                  truncated=capture.truncated, timed_out=timed_out,
@@ -1157,7 +1157,7 @@ class _DockerEpisode:
             try:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
-                _kill_group(self.proc)
+                kill_process_group(self.proc)
                 self.proc.wait()
 
     def close(self) -> None:
@@ -1179,26 +1179,32 @@ class _DockerEpisode:
                     self.stderr.close()
 
 
+def read_output(proc: subprocess.Popen, output_bytes: int, wall_seconds: float) -> tuple[CappedOutput, bool]:
+    """Read a process's merged stdout/stderr, keeping its head and tail within
+    `output_bytes`, until the pipe closes or `wall_seconds` pass: the capture
+    and whether the time ran out. Stopping the process is the caller's."""
+    capture = CappedOutput(output_bytes)
+    deadline = time.monotonic() + wall_seconds
+    fd = proc.stdout.fileno()
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return capture, True
+        ready, _, _ = select.select([fd], [], [], min(remaining, 0.5))
+        if ready:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return capture, False
+            capture.add(chunk)
+
+
 def _collect(proc: subprocess.Popen, limits: SandboxLimits, kill: Callable[[], None]) -> CommandResult:
     """Read a sandbox process's output, capped, until it exits or the wall
     timeout passes; `kill` stops everything the command started."""
     started = time.monotonic()
-    capture = _CappedOutput(limits.output_bytes)
-    timed_out = False
-    deadline = started + limits.wall_seconds
-    fd = proc.stdout.fileno()
+    timed_out = True  # until the read returns: a read that raises kills as well
     try:
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                timed_out = True
-                break
-            ready, _, _ = select.select([fd], [], [], min(remaining, 0.5))
-            if ready:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    break
-                capture.add(chunk)
+        capture, timed_out = read_output(proc, limits.output_bytes, limits.wall_seconds)
     finally:
         if timed_out or proc.poll() is None:
             kill()
@@ -1213,14 +1219,14 @@ def _collect(proc: subprocess.Popen, limits: SandboxLimits, kill: Callable[[], N
     )
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def kill_process_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
 
 
-class _CappedOutput:
+class CappedOutput:
     """Keeps the first and last `cap // 2` bytes, so memory stays bounded
     however much a command prints."""
 

@@ -38,7 +38,7 @@ MAX_REQUEST = 1 << 24
 
 
 class Capped:
-    """The first and last `cap // 2` bytes (as the host's _CappedOutput)."""
+    """The first and last `cap // 2` bytes (as the host's CappedOutput)."""
 
     def __init__(self, cap):
         self.half = max(cap // 2, 1)

@@ -37,7 +37,6 @@ verifier error (as in Harbor: no reward file is an exception there, not a
 from __future__ import annotations
 
 import os
-import select
 import shutil
 import subprocess
 import tempfile
@@ -73,7 +72,7 @@ from clawloop_assets.harbor.task_format import (
 from clawloop_assets.harbor.toolchain import TOOLCHAIN_ENV, TOOLCHAIN_MOUNT, Toolchain, load_toolchain
 from clawloop_assets.harness.verification import VerifierResult
 from clawloop_assets.task_bundle import TaskBundle, bundle_digest
-from resources.sandbox import CommandResult, SandboxError, SandboxLimits, _CappedOutput, _kill_group
+from resources.sandbox import CommandResult, SandboxError, SandboxLimits, kill_process_group, read_output
 
 TESTS_DIR = "/tests"
 CHECK_NAME = "harbor_reward"
@@ -207,26 +206,15 @@ class ImageEpisode:
                                     start_new_session=True, close_fds=True)
         except OSError as exc:
             raise SandboxError(f"could not start the Docker client: {exc}") from exc
-        capture, timed_out = _CappedOutput(limits.output_bytes), False
-        deadline, fd = started + wall, proc.stdout.fileno()
         with proc.stdout:
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    timed_out = True
-                    break
-                if select.select([fd], [], [], min(remaining, 0.5))[0]:
-                    chunk = os.read(fd, 65536)
-                    if not chunk:
-                        break
-                    capture.add(chunk)
+            capture, timed_out = read_output(proc, limits.output_bytes, wall)
         if timed_out:
-            _kill_group(proc)
+            kill_process_group(proc)
             self._end_processes()
         try:
             code = proc.wait(timeout=CONTAINER_SECONDS)  # the client asks the engine for the exit code
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            kill_process_group(proc)
             code = proc.wait()
         seconds = time.monotonic() - started
         self.agent_seconds += seconds
