@@ -58,12 +58,20 @@ def reason_group(reason: str, root: Path) -> str:
 
 
 def _build_kind(failure: str) -> str:
-    """What kind of build failure: the groups a table can show."""
+    """What kind of build failure, by the Dockerfile step that failed: the
+    groups a table can show."""
     if "Unable to locate package" in failure or "has no installation candidate" in failure:
         return "an apt package Debian bookworm (our stand-in base) does not have"
     if "No matching distribution found" in failure or "Could not find a version" in failure:
         return "a pip requirement with no distribution for our base's Python 3.11"
-    return "a RUN step failed"
+    step = re.search(r"Step \d+/\d+ : (\w+)", failure)
+    instruction = step.group(1).upper() if step else "RUN"
+    if instruction in ("COPY", "ADD"):
+        if "invalid from flag value" in failure:
+            return f"{instruction} --from an image no registry here serves"
+        if "file not found in build context" in failure:
+            return f"a {instruction} source missing from the task's files"
+    return f"a {instruction} step failed"
 
 
 def summarize(results: list[ImportResult], root: Path, backend: str = "bubblewrap") -> str:
@@ -74,7 +82,8 @@ def summarize(results: list[ImportResult], root: Path, backend: str = "bubblewra
              f"({100 * len(validated) / max(1, len(results)):.0f}%)"]
     if backend == "docker":
         lines += [f"  {len(runnable)} in our sandbox (the harness image: our agent runs them), "
-                  f"{len(images)} only in their own image (the Harbor way; not loaded for evaluation)"]
+                  f"{len(images)} only in their own image (the Harbor way; our agent runs them there: "
+                  f"`clawloop eval --sandbox docker`)"]
     lines += ["", "| tasks | first reason |", "|---:|---|"]
     groups = Counter(reason_group(r.reasons[0], root) for r in results if not r.validated)
     lines += [f"| {count} | {reason} |" for reason, count in groups.most_common()]

@@ -156,6 +156,16 @@ def test_the_benchmark_groups_reasons_from_task_images_apart(tmp_path):
                f"container does not have (the oracle exited with 1); {root}/b/tests/test.sh: the oracle's run ...")
     assert reason_group(offline, root) == ("image: solution/solve.sh: `…` needs the network, which the container "
                                            "does not have")
+    # A build failure is named by the step that failed, not taken for a RUN.
+    image = f"in its own image: {root}/c/environment/Dockerfile: the image build failed: "
+    missing = image + "Step 3/8 : COPY weights.pt /app/; COPY failed: file not found in build context or excluded"
+    registry = image + ("Step 3/8 : COPY --from=ghcr.io/astral-sh/uv:0.8.15 /uv /bin/; invalid from flag value "
+                        "ghcr.io/astral-sh/uv:0.8.15: dial tcp: lookup ghcr.io")
+    run = image + "Step 4/9 : RUN make; The command '/bin/sh -c make' returned a non-zero code: 2"
+    prefix = "image: environment/Dockerfile: the image build failed: "
+    assert reason_group(missing, root) == prefix + "a COPY source missing from the task's files"
+    assert reason_group(registry, root) == prefix + "COPY --from an image no registry here serves"
+    assert reason_group(run, root) == prefix + "a RUN step failed"
 
 
 # A task whose Dockerfile runs a build step our sandbox cannot replay (a
