@@ -170,12 +170,14 @@ def test_the_benchmark_groups_reasons_from_task_images_apart(tmp_path):
 
 # A task whose Dockerfile runs a build step our sandbox cannot replay (a
 # RUN that writes a file the tests need): on Docker it validates in its
-# own image, and nothing loads it for our agent.
+# own image, and nothing loads it for our agent. Its image also needs what
+# the official python images ship for C extensions (Python.h).
 IMAGE_ONLY_DOCKERFILE = """FROM python:3.11-slim
 WORKDIR /app
 COPY logs/ /app/logs/
 COPY README.txt .
 RUN python3 -c "open('/app/expected.txt', 'w').write('3')"
+RUN python3 -c "import os, sysconfig; assert os.path.exists(sysconfig.get_paths()['include'] + '/Python.h')"
 """
 IMAGE_ONLY_TEST_SH = """#!/bin/bash
 pip install pytest==8.4.1 pytest-json-ctrf==0.3.5
