@@ -250,8 +250,8 @@ class TransformersPolicySession(PolicySession):
         run from scratch otherwise."""
         cache = self.prefix_cache
         prefills: dict[tuple[int, ...], _Prefill] = {}
-        # (id(base), tokens reused) -> (base, tokens reused, prompts)
-        extending: dict[tuple[int, int], tuple[_Prefill, int, list[tuple[int, ...]]]] = {}
+        # (id(base), tokens reused) -> (base, prompts)
+        extending: dict[tuple[int, int], tuple[_Prefill, list[tuple[int, ...]]]] = {}
         seen: set[tuple[int, ...]] = set()
         for prompt in prompts:
             key = tuple(prompt)
@@ -267,9 +267,9 @@ class TransformersPolicySession(PolicySession):
                 prefills[key] = found[0]
             else:
                 base, length = found
-                extending.setdefault((id(base), length), (base, length, []))[2].append(key)
+                extending.setdefault((id(base), length), (base, []))[1].append(key)
         # `extending` holds its bases, so evictions while these run cannot lose one.
-        for base, length, keys in extending.values():
+        for (_, length), (base, keys) in extending.items():
             head = base.head(length)
             for batch in _suffix_batches(keys, length, self.max_batch_sequences):
                 for key, prefill in zip(batch, self._extend(head, [list(k[length:]) for k in batch])):

@@ -4,6 +4,7 @@ and the prefix cache that lets a later turn prefill only its new tokens."""
 
 import json
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -376,11 +377,10 @@ def test_extending_a_prefill_equals_prefilling_the_whole_prompt(embedded_session
     assert base.keys[0].shape[2] == len(prompt)  # the base itself is untouched
 
 
-@pytest.mark.slow
-def test_first_turns_of_other_tasks_reuse_the_shared_head_and_sample_as_a_fresh_session(
-    shell_prompts, base_checkpoint_dir, monkeypatch
-):
-    params = SamplingParams(max_new_tokens=10, seed=23)
+@contextmanager
+def cached_and_uncached(base_checkpoint_dir):
+    """Two fresh sessions of the base model: one with the prefix cache (small
+    batches, so chunks are crossed), one without; both closed on the way out."""
     cached = EmbeddedPolicyModel(model_cache_dir=str(base_checkpoint_dir.parent), max_batch_sequences=5).load(
         base_checkpoint_dir
     )
@@ -388,6 +388,18 @@ def test_first_turns_of_other_tasks_reuse_the_shared_head_and_sample_as_a_fresh_
         base_checkpoint_dir
     )
     try:
+        yield cached, uncached
+    finally:
+        cached.close()
+        uncached.close()
+
+
+@pytest.mark.slow
+def test_first_turns_of_other_tasks_reuse_the_shared_head_and_sample_as_a_fresh_session(
+    shell_prompts, base_checkpoint_dir, monkeypatch
+):
+    params = SamplingParams(max_new_tokens=10, seed=23)
+    with cached_and_uncached(base_checkpoint_dir) as (cached, uncached):
         whole, extended = [], []
         real_prefill, real_extend = type(cached)._prefill, type(cached)._extend
         monkeypatch.setattr(cached, "_prefill", lambda prompt: whole.append(prompt) or real_prefill(cached, prompt))
@@ -409,9 +421,6 @@ def test_first_turns_of_other_tasks_reuse_the_shared_head_and_sample_as_a_fresh_
                 assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
                 expected = teacher_forced_logprobs(uncached, prompt, a.token_ids, params.temperature)
                 assert a.logprobs == pytest.approx(expected, abs=1e-4)
-    finally:
-        cached.close()
-        uncached.close()
 
 
 @pytest.mark.slow
@@ -419,13 +428,7 @@ def test_next_turn_prompts_reuse_cached_prefixes_and_sample_as_a_fresh_session(
     embedded_session, shell_prompts, base_checkpoint_dir, monkeypatch
 ):
     params = SamplingParams(max_new_tokens=10, seed=21)
-    cached = EmbeddedPolicyModel(model_cache_dir=str(base_checkpoint_dir.parent), max_batch_sequences=5).load(
-        base_checkpoint_dir
-    )
-    uncached = EmbeddedPolicyModel(model_cache_dir=str(base_checkpoint_dir.parent), prefix_cache_tokens=0).load(
-        base_checkpoint_dir
-    )
-    try:
+    with cached_and_uncached(base_checkpoint_dir) as (cached, uncached):
         turn_one = shell_prompts[:2]
         prompts = turn_two_prompts(cached, turn_one, params)
         assert cached.prefix_cache.tokens == sum(len(p) for p in turn_one)
@@ -454,7 +457,4 @@ def test_next_turn_prompts_reuse_cached_prefixes_and_sample_as_a_fresh_session(
         # A prompt cached whole is not run again, and close() lets go of the cache.
         again = cached.sample(prompts[:1], 1, turn_two)
         assert again[0][0].token_ids == reused[0][0].token_ids and whole == []
-    finally:
-        cached.close()
-        uncached.close()
     assert cached.prefix_cache.tokens == 0 and len(cached.prefix_cache) == 0
