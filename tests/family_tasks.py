@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from clawloop_assets.harness.verification import run_verifier
+from clawloop_assets.harness.verification import run_verifier, run_verifiers
 from clawloop_assets.synthesis.candidates import build_candidate, generator_spec, write_generator
 from clawloop_assets.synthesis.catalogs import load_capability_catalog
 from clawloop_assets.task_bundle import TaskBundle, load_task_bundle
@@ -110,8 +110,9 @@ def domain_dependent_checks(sandbox, bundle, scratch: Path) -> str | None:
                           [Mount(solved, "/workspace", writable=True), Mount(bundle.solution_path.parent, "/solution")])
     if outcome.exit_code != 0:
         return f"oracle exited with {outcome.exit_code}: {outcome.output.strip()[-200:]}"
-    for workspace, expected in ((solved, 1.0), (untouched, 0.0)):
-        verdict = run_verifier(sandbox, bundle, workspace)
+    # Both verdicts in one sandbox run where the bundle allows it, as agent-free validation does.
+    verdicts = run_verifiers(sandbox, bundle, [solved, untouched])
+    for workspace, expected, verdict in zip((solved, untouched), (1.0, 0.0), verdicts, strict=True):
         if (verdict.status, verdict.reward) != ("scored", expected):
             return f"{workspace.name}: {verdict.status} {verdict.reward} {verdict.error or verdict.checks}"
     return None
