@@ -170,8 +170,9 @@ def test_the_benchmark_groups_reasons_from_task_images_apart(tmp_path):
 
 # A task whose Dockerfile runs a build step our sandbox cannot replay (a
 # RUN that writes a file the tests need): on Docker it validates in its
-# own image, and nothing loads it for our agent. Its image also needs what
-# the official python images ship for C extensions (Python.h).
+# own image, where our agent runs it (test_harbor_image_episode); on
+# bubblewrap it is left out. Its image also needs what the official python
+# images ship for C extensions (Python.h).
 IMAGE_ONLY_DOCKERFILE = """FROM python:3.11-slim
 WORKDIR /app
 COPY logs/ /app/logs/
