@@ -14,7 +14,13 @@ from clawloop_assets.harness.agent_loop import (
     run_rollouts,
 )
 from clawloop_assets.synthesis import catalogs
-from clawloop_assets.synthesis.candidates import build_candidate, generator_spec, write_generator
+from clawloop_assets.synthesis.candidates import (
+    COMMAND_TIMEOUT_S,
+    LARGE_WORKSPACE_COMMAND_TIMEOUT_S,
+    build_candidate,
+    generator_spec,
+    write_generator,
+)
 from clawloop_assets.task_bundle import load_task_bundle
 from resources.policy import Completion, PolicySession
 from resources.sandbox import BubblewrapSandbox, SandboxError
@@ -96,36 +102,44 @@ def test_rollouts_record_tokens_masks_and_rewards(level0_task, tmp_path):
 
 
 class GatedSession(ScriptedSession):
-    """Streams its first completion, then holds the rest back until `ready()`
-    (or a timeout): a harness that only acts once the call returns never
-    lets `ready()` come true in time."""
+    """Streams its first `released` completions, then holds the rest back
+    until `ready()` (or a timeout): a harness that only acts once the call
+    returns never lets `ready()` come true in time."""
 
-    def __init__(self, replies, ready, timeout=20.0):
+    def __init__(self, replies, ready, released=1, timeout=20.0):
         super().__init__(replies)
-        self.ready, self.timeout = ready, timeout
+        self.ready, self.released, self.timeout = ready, released, timeout
         self.waited_out = False
 
     def sample_streaming(self, prompts, n, params, on_complete):
         groups = self.sample(prompts, n, params)
         flat = [(p, i, c) for p, group in enumerate(groups) for i, c in enumerate(group)]
-        on_complete(*flat[0])
+        for item in flat[:self.released]:
+            on_complete(*item)
         deadline = time.monotonic() + self.timeout
         while not self.ready():
             if time.monotonic() > deadline:
                 self.waited_out = True
                 break
             time.sleep(0.01)
-        for item in flat[1:]:
+        for item in flat[self.released:]:
             on_complete(*item)
         return groups
 
 
+def other_task(task, suffix="b"):
+    """The same bundle under another task id: a second task of the same call."""
+    return dataclasses.replace(task, task_id=f"{task.task_id}-{suffix}")
+
+
 def test_commands_and_verifiers_run_while_the_policy_samples(level0_task, tmp_path):
-    # Rollout 0 solves and submits on turn 1 of 1: its command and its verifier
-    # must both be done while the policy still holds back the other replies.
-    replies = [oracle_command(level0_task) + "\n```"] + ["ls\n```"] * 3
+    # Task A's two rollouts (one solves) end on turn 1 of 1: their commands
+    # and their verifiers must all be done while the policy still holds back
+    # task B's replies.
+    replies = [oracle_command(level0_task) + "\n```", "ls\n```", "ls\n```", "ls\n```"]
     rollouts: list = []
-    session = GatedSession(replies, ready=lambda: bool(rollouts) and rollouts[0].reward is not None)
+    session = GatedSession(replies, released=2,
+                           ready=lambda: len(rollouts) == 4 and None not in (rollouts[0].reward, rollouts[1].reward))
     import clawloop_assets.harness.agent_loop as agent_loop
 
     real_run_turns = agent_loop._run_turns
@@ -136,11 +150,48 @@ def test_commands_and_verifiers_run_while_the_policy_samples(level0_task, tmp_pa
 
     agent_loop._run_turns = keep_rollouts
     try:
-        run_rollouts(session, BubblewrapSandbox(), [level0_task], 4, AgentSettings(max_turns=1), tmp_path, seed=0)
+        run_rollouts(session, BubblewrapSandbox(), [level0_task, other_task(level0_task)], 2,
+                     AgentSettings(max_turns=1), tmp_path, seed=0)
     finally:
         agent_loop._run_turns = real_run_turns
     assert not session.waited_out
     assert [r.reward for r in rollouts] == [1.0, 0.0, 0.0, 0.0]
+
+
+class CountingSandbox:
+    """The real sandbox, counting verifier runs (a single verification or a
+    batch); it can make a batch's sandbox fail to start."""
+
+    def __init__(self, fail_batches=False):
+        self.inner = BubblewrapSandbox()
+        self.verifier_runs, self.fail_batches = 0, fail_batches
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def run(self, argv, mounts, **kwargs):
+        batch = list(argv[:3]) == ["python3", "-I", "-c"]
+        if batch or "/tests/verify.py" in argv:
+            self.verifier_runs += 1
+        if batch and self.fail_batches:
+            raise SandboxError("the batch's sandbox did not start (a test double)")
+        return self.inner.run(argv, mounts, **kwargs)
+
+
+def test_a_tasks_rollouts_that_end_together_are_verified_in_one_sandbox_run(level0_task, tmp_path):
+    replies = [oracle_command(level0_task) + "\n```", "ls\n```", "echo x > y\n```", "no fence",
+               oracle_command(level0_task) + "\n```", "ls\n```"]
+    tasks = [level0_task, other_task(level0_task)]
+    sandbox = CountingSandbox()
+    rollouts = run_rollouts(ScriptedSession(replies), sandbox, tasks, 3, AgentSettings(max_turns=1), tmp_path / "a", seed=0)
+    assert [r.reward for r in rollouts] == [1.0, 0.0, 0.0, 0.0, 1.0, 0.0]
+    assert sandbox.verifier_runs == 2  # one a task, not one a rollout
+    # Where a batch's sandbox fails, each rollout is verified on its own, to the same verdicts.
+    failing = CountingSandbox(fail_batches=True)
+    again = run_rollouts(ScriptedSession(replies), failing, tasks, 3, AgentSettings(max_turns=1), tmp_path / "b", seed=0)
+    assert [(r.status, r.reward) for r in again] == [(r.status, r.reward) for r in rollouts]
+    assert failing.verifier_runs == 2 + 6
+    assert all(r.sandbox_seconds > 0 for r in rollouts)
 
 
 def test_rollouts_do_not_depend_on_the_number_of_harness_threads(level0_task, tmp_path):
@@ -156,6 +207,15 @@ def test_rollouts_do_not_depend_on_the_number_of_harness_threads(level0_task, tm
         runs.append([(r.token_ids, r.action_mask, r.commands, r.exit_codes, r.status, r.reward) for r in rollouts])
     assert runs[0] == runs[1]
     assert [row[5] for row in runs[0]] == [1.0, 0.0, 0.0, 0.0]
+
+
+def test_a_stuck_command_at_level_0_ends_at_its_short_limit_and_scores_0(level0_task, tmp_path):
+    # vim with no terminal waits for keys that never come: the agent's doing, a 0, never an error.
+    assert level0_task.command_timeout_s == COMMAND_TIMEOUT_S[0] < LARGE_WORKSPACE_COMMAND_TIMEOUT_S
+    (rollout,) = run_rollouts(ScriptedSession(["vim notes.txt\n```"]), BubblewrapSandbox(), [level0_task], 1,
+                              AgentSettings(max_turns=1), tmp_path, seed=0)
+    assert (rollout.status, rollout.reward, rollout.exit_codes) == ("scored", 0.0, [None])
+    assert rollout.sandbox_seconds < LARGE_WORKSPACE_COMMAND_TIMEOUT_S
 
 
 def test_a_crashing_verifier_is_an_error_not_a_zero(level0_task, tmp_path):

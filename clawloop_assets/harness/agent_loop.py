@@ -21,13 +21,13 @@ import time
 import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator, Sequence, TypeVar
 
 from clawloop_assets.harbor.image_task import ImageEpisode, is_image_task
 from clawloop_assets.harbor.task_format import task_memory_bytes
-from clawloop_assets.harness.verification import run_verifier
+from clawloop_assets.harness.verification import VerifierResult, run_verifier, run_verifiers
 from clawloop_assets.task_bundle import TaskBundle
 from resources.policy import Completion, PolicyServerError, PolicySession, SamplingParams
 from resources.sandbox import (
@@ -272,7 +272,8 @@ def judged_reward(rollout: Rollout) -> float | None:
 def _run_turns(session, sandbox, tasks, rollouts, samples_per_task, settings, seed, progress, first_index) -> None:
     """Each turn samples the active rollouts. A rollout's command runs on the
     harness's threads as soon as its reply is final, while the policy samples
-    the others, and a rollout that is done is verified there at once. The
+    the others, and the rollouts of a task that end in a turn are verified
+    there together once the task's last command of the turn has run. The
     observations are appended on this thread once the turn's commands are
     done (the tokenizer is not shared between threads). Nothing a rollout
     records depends on which thread ran it or when."""
@@ -283,7 +284,7 @@ def _run_turns(session, sandbox, tasks, rollouts, samples_per_task, settings, se
             if not active:
                 break
             progress(f"turn {turn + 1}/{settings.max_turns}: sampling {len(active)} rollouts")
-            act = harness.act_on(turn)
+            act = harness.act_on(turn, active)
             if turn == 0:
                 _first_turn(session, tasks, rollouts, samples_per_task, settings, seed, progress, first_index, act)
             else:
@@ -300,7 +301,12 @@ class _Harness:
     (`Sandbox.episode`) is opened at its first command and closed before its
     verifier runs; after the verifier its workspace is copied out of its
     quota. Only one thread at a time works on a rollout: its next step is
-    submitted after the last one was waited for."""
+    submitted after the last one was waited for.
+
+    The rollouts of one task that end in the same turn are verified together
+    (`run_verifiers`: one sandbox and one interpreter for the group where the
+    task's verifier is the canonical one, each verdict the one a run of its
+    own gives), by the thread that ran the group's last step of the turn."""
 
     def __init__(self, sandbox: Sandbox, settings: AgentSettings):
         self.sandbox, self.settings = sandbox, settings
@@ -310,6 +316,8 @@ class _Harness:
         self.episodes: dict[int, tuple[ExitStack, EpisodeRunner | ImageEpisode]] = {}
         self.steps: list[tuple[Rollout, Future]] = []
         self.verified: set[int] = set()
+        # Per task, this turn's steps still to run and the rollouts they ended.
+        self.ending: dict[str, tuple[int, list[Rollout]]] = {}
         self.lock = threading.Lock()
 
     def __enter__(self) -> _Harness:
@@ -334,8 +342,13 @@ class _Harness:
                 continue
             self.workspaces[id(rollout)] = self.pool.submit(_prepare_workspace, rollout, self.quotas[id(rollout)])
 
-    def act_on(self, turn: int) -> Callable[[Rollout], None]:
-        """What to do with a rollout whose reply for `turn` was just recorded."""
+    def act_on(self, turn: int, active: Sequence[Rollout]) -> Callable[[Rollout], None]:
+        """What to do with a rollout of `active` whose reply for `turn` was just recorded."""
+        with self.lock:
+            self.ending = {}
+            for rollout in active:
+                steps, ended = self.ending.get(rollout.task.task_id, (0, []))
+                self.ending[rollout.task.task_id] = (steps + 1, ended)
 
         def act(rollout: Rollout) -> None:
             future = self.pool.submit(self._step, rollout, turn)
@@ -346,7 +359,8 @@ class _Harness:
 
     def _step(self, rollout: Rollout, turn: int) -> str | None:
         """Run the rollout's command; its observation, or None when it is done
-        (and then verified here)."""
+        (and then verified with its task's others that ended this turn, once
+        the last of the task's steps this turn has run)."""
         # The bundle's own turn limit holds when it is tighter than the configured one.
         last = min(self.settings.max_turns, rollout.task.max_turns) - 1
         try:
@@ -356,10 +370,15 @@ class _Harness:
         except Exception as exc:  # noqa: BLE001 - one rollout's failure must not end the others
             _harness_failure(rollout, f"the harness failed on this rollout's command: {exc!r}")
             observation = None
-        if rollout.done:
-            self._verify(rollout)
-            return None
-        return observation
+        with self.lock:
+            steps, ended = self.ending[rollout.task.task_id]
+            if rollout.done:
+                ended.append(rollout)
+            self.ending[rollout.task.task_id] = (steps - 1, ended)
+            group = ended if steps == 1 else []
+        if group:
+            self._verify(group)
+        return None if rollout.done else observation
 
     def _episode(self, rollout: Rollout, only_command: bool) -> EpisodeRunner:
         """The rollout's episode, opened (with retries) when first asked for.
@@ -390,26 +409,44 @@ class _Harness:
                 self.episodes[id(rollout)] = (stack, episode)
         return self.episodes[id(rollout)][1]
 
-    def _verify(self, rollout: Rollout) -> None:
-        if is_image_task(rollout.task):
-            self._verify_in_image(rollout)
-            return
-        with self.lock:
-            self.verified.add(id(rollout))
-            stack, _runner = self.episodes.pop(id(rollout), (None, None))
-        try:
+    def _verify(self, group: Sequence[Rollout]) -> None:
+        """Score rollouts of one task: each episode closed first (from there
+        on nothing the agent left running touches its workspace), the
+        verifiers of those still to be judged run together, then each
+        workspace copied out of its quota. A failure of the harness is the
+        rollout's exclusion, never a score."""
+        judged: list[Rollout] = []
+        for rollout in group:
+            if is_image_task(rollout.task):
+                self._verify_in_image(rollout)
+                continue
+            with self.lock:
+                self.verified.add(id(rollout))
+                stack, _runner = self.episodes.pop(id(rollout), (None, None))
             try:
-                self.workspaces[id(rollout)].result()
-            except Exception as exc:  # noqa: BLE001 - the host's failure, this rollout's exclusion
-                _harness_failure(rollout, f"the harness failed preparing this rollout's workspace: {exc!r}")
-                return
-            if stack is not None:
-                stack.close()  # from here on nothing the agent left running touches the workspace
-            _score(rollout, self.sandbox)
-        except Exception as exc:  # noqa: BLE001 - likewise
-            _harness_failure(rollout, f"the harness failed scoring this rollout: {exc!r}")
+                try:
+                    self.workspaces[id(rollout)].result()
+                except Exception as exc:  # noqa: BLE001 - the host's failure, this rollout's exclusion
+                    _harness_failure(rollout, f"the harness failed preparing this rollout's workspace: {exc!r}")
+                    continue
+                if stack is not None:
+                    stack.close()
+                if _ready_to_verify(rollout):
+                    judged.append(rollout)
+            except Exception as exc:  # noqa: BLE001 - likewise
+                _harness_failure(rollout, f"the harness failed scoring this rollout: {exc!r}")
+        try:
+            for rollout, verdict in zip(judged, _verdicts(self.sandbox, judged)):
+                if isinstance(verdict, SandboxError):
+                    rollout.status, rollout.error = "sandbox_error", str(verdict)
+                elif isinstance(verdict, Exception):
+                    _harness_failure(rollout, f"the harness failed scoring this rollout: {verdict!r}")
+                else:
+                    _record_verdict(rollout, verdict)
         finally:
-            self.quotas.pop(id(rollout)).close()  # copied out; what goes wrong there is recorded on the rollout
+            for rollout in group:
+                if not is_image_task(rollout.task):
+                    self.quotas.pop(id(rollout)).close()  # copied out; what goes wrong there is recorded on the rollout
 
     def _verify_in_image(self, rollout: Rollout) -> None:
         """A task-image rollout's tests, in its container as the agent left
@@ -441,7 +478,11 @@ class _Harness:
     def verify_the_rest(self, rollouts: Sequence[Rollout]) -> None:
         """Verify the rollouts no step ended (lost to the policy server, or out
         of turns) and wait until every rollout is verified."""
-        pending = [self.pool.submit(self._verify, r) for r in rollouts if id(r) not in self.verified]
+        by_task: dict[str, list[Rollout]] = {}
+        for rollout in rollouts:
+            if id(rollout) not in self.verified:
+                by_task.setdefault(rollout.task.task_id, []).append(rollout)
+        pending = [self.pool.submit(self._verify, group) for group in by_task.values()]
         for future in pending:
             future.result()
 
@@ -598,21 +639,42 @@ def _workspace_usage(rollout: Rollout) -> CopyReport:
                       max_bytes=rollout.quota_bytes)
 
 
-def _score(rollout: Rollout, sandbox: Sandbox) -> None:
+def _ready_to_verify(rollout: Rollout) -> bool:
+    """Whether the rollout's workspace goes to its verifier: not when it was
+    lost to the harness or the policy, nor when the agent left it past its
+    limits (a 0). Its canary is looked for here."""
     if rollout.status in ("sandbox_error", "policy_error"):
-        return
+        return False
     usage = _workspace_usage(rollout)
     if usage.over_limit:
         _agent_failure(rollout, f"workspace refused: {usage.over_limit}")
-        return
+        return False
     if rollout.task.canary and workspace_contains(rollout.workspace, rollout.task.canary):
         rollout.canary_seen = True
+    return True
+
+
+def _verdicts(sandbox: Sandbox, rollouts: Sequence[Rollout]) -> list[VerifierResult | Exception]:
+    """The verdicts on rollouts of one task, in order, from one batch; where
+    the batch's sandbox fails, each is run again on its own, so one failure
+    excludes no rollout but its own. Each verification's time is its share
+    of the batch's."""
+    if not rollouts:
+        return []
+    started = time.monotonic()
     try:
-        verdict = with_sandbox_retries(lambda: run_verifier(sandbox, rollout.task, rollout.workspace))
-    except SandboxError as exc:
-        rollout.status, rollout.error = "sandbox_error", str(exc)
-        return
-    _record_verdict(rollout, verdict)
+        verdicts: list[VerifierResult | Exception] = list(
+            run_verifiers(sandbox, rollouts[0].task, [r.workspace for r in rollouts]))
+    except Exception:  # noqa: BLE001 - each rollout gets its own run, and its own error
+        verdicts = []
+        for rollout in rollouts:
+            try:
+                verdicts.append(with_sandbox_retries(lambda: run_verifier(sandbox, rollout.task, rollout.workspace)))
+            except Exception as exc:  # noqa: BLE001 - this rollout's, recorded on it
+                verdicts.append(exc)
+        return verdicts
+    share = (time.monotonic() - started) / len(rollouts)
+    return [replace(v, seconds=share) if isinstance(v, VerifierResult) else v for v in verdicts]
 
 
 def _record_verdict(rollout: Rollout, verdict) -> None:

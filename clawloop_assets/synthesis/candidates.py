@@ -55,7 +55,14 @@ GENERATOR_OUTPUT_BYTES = 64 << 20
 # Turn caps grow with the level; the embedded model works in one turn at the
 # warm-up levels and level 0.
 MAX_TURNS = {-2: 4, -1: 4, 0: 4, 1: 8, 2: 16, 3: 24, 4: 32, 5: 40}
-COMMAND_TIMEOUT_S = 20.0
+# A command's wall limit grows with the level, as the workspace does. Up to
+# level 0 a workspace holds kilobytes: a command that finishes at all does so
+# in a fraction of a second, and one still running after seconds is stuck (an
+# editor waiting on a terminal, an endless loop, an install with no network).
+# The last stuck command of a batch is wall time that no sampling hides
+# (docs/harness.md).
+COMMAND_TIMEOUT_S = {-2: 5.0, -1: 5.0, 0: 5.0}
+LARGE_WORKSPACE_COMMAND_TIMEOUT_S = 20.0
 OUTPUT_TAIL_CHARS = 600
 
 
@@ -271,7 +278,7 @@ def build_candidate(
             seed=seed,
             round_key=round_key,
             max_turns=MAX_TURNS.get(spec.difficulty, max(MAX_TURNS.values())),
-            command_timeout_s=COMMAND_TIMEOUT_S,
+            command_timeout_s=COMMAND_TIMEOUT_S.get(spec.difficulty, LARGE_WORKSPACE_COMMAND_TIMEOUT_S),
         )
         load_task_bundle(staging)  # the generator's output is a valid bundle ...
         plant_canary(staging, task_id)
