@@ -222,6 +222,16 @@ def test_family_runs_isolated_from_any_working_directory(tmp_path):
         tree_digest(tmp_path / "out"))
 
 
+@pytest.mark.parametrize("argv", [[], ["--seed", "x", "--params", "p", "--out", "o"], ["--seed", "3", "--out", "o"]])
+def test_a_generator_refuses_a_bad_command_line_and_writes_nothing(tmp_path, argv):
+    spec = generator_spec(CAPABILITIES["log_analysis"], DOMAINS[0], 0)
+    gen = write_generator(spec, tmp_path / "gen")
+    done = subprocess.run([sys.executable, "-I", str(gen / spec.script_name), *argv], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert done.returncode != 0 and "usage: --" in done.stderr, done.stderr
+    assert not (tmp_path / "o").exists()
+
+
 def test_model_written_generator_gets_the_shared_module_too(sandbox, tmp_path):
     body = (
         "import os, sys\n"

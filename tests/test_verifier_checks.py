@@ -8,10 +8,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from clawloop_assets.harness.verification import CANONICAL_VERIFIER
 from clawloop_assets.synthesis.catalogs import GENERATORS_DIR
 from clawloop_assets.validation.agent_free import _perturb_deliverable
 from resources.sandbox import BubblewrapSandbox
@@ -223,3 +226,17 @@ def test_a_directory_holds_exactly_the_expected_files(tmp_path):
     assert "unexpected file other.csv" in detail(tmp_path, check)
     assert "lacks missing.csv" in detail(tmp_path, {**check, "expected": ["late.csv", "missing.csv", "ok.csv", "other.csv"]})
     assert "not a directory" in detail(tmp_path, {**check, "dir": "nowhere"})
+
+
+@pytest.mark.parametrize("argv", [
+    [],
+    ["--workspace", "w", "--answer", "a"],
+    ["--workspace", "w", "--answer", "a", "--result", "r", "--extra", "x"],
+    ["--workspace", "w", "--workspace", "w", "--result", "r"],
+])
+def test_the_verifier_refuses_a_command_line_it_was_not_built_for(argv, tmp_path):
+    # A crash, which the runner records as a verifier error: never a score.
+    done = subprocess.run([sys.executable, "-I", str(CANONICAL_VERIFIER), *argv], capture_output=True, text=True,
+                          cwd=tmp_path)
+    assert done.returncode != 0 and "usage: --workspace VALUE --answer VALUE --result VALUE" in done.stderr
+    assert not list(tmp_path.iterdir())

@@ -7,12 +7,12 @@ directory next to the family script, which imports it (the sandbox runs
 family puts its own directory on sys.path first).
 """
 
-import argparse
 import hashlib
 import json
 import os
 import random
 import sqlite3
+import sys
 from decimal import Decimal
 
 # The difficulty scale, the same in every family. Every knob is in the
@@ -40,14 +40,23 @@ DELIVERABLE_FORMATS = ("json", "csv", "files", "report")
 
 def run(build):
     """Parses --params/--seed/--out and writes `build(seed, params)` to --out."""
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--params", required=True)
-    parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args()
-    with open(args.params, encoding="utf-8") as handle:
+    args = command_line(sys.argv[1:], ("--params", "--seed", "--out"))
+    try:
+        seed = int(args["--seed"])
+    except ValueError:
+        sys.exit(f"usage: --seed takes an integer, not {args['--seed']!r}")
+    with open(args["--params"], encoding="utf-8") as handle:
         params = json.load(handle)
-    write_task(args.out, build(args.seed, params))
+    write_task(args["--out"], build(seed, params))
+
+
+def command_line(argv, flags):
+    """`{flag: value}` from `--flag value` pairs, each of `flags` exactly once
+    and nothing else; exits with a usage error otherwise. Not argparse: its
+    import is a large share of a generator run, and every candidate makes two."""
+    if len(argv) != 2 * len(flags) or sorted(argv[0::2]) != sorted(flags):
+        sys.exit(f"usage: {' '.join(f'{flag} VALUE' for flag in flags)} (got {' '.join(argv) or 'nothing'})")
+    return dict(zip(argv[0::2], argv[1::2]))
 
 
 # ---- the family skeleton

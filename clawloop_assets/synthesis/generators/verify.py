@@ -19,7 +19,6 @@ scores 0: an agent's output must never turn its own failure into an
 excluded rollout.
 """
 
-import argparse
 import ast
 import builtins
 import configparser
@@ -31,6 +30,7 @@ import math
 import os
 import sqlite3
 import stat
+import sys
 import tempfile
 
 MAX_BYTES = 8 << 20
@@ -45,13 +45,18 @@ class SpecError(ValueError):
     """answer.json is malformed: the harness's fault, never a score."""
 
 
+def command_line(argv, flags):
+    """`{flag: value}` from `--flag value` pairs, each of `flags` exactly once
+    and nothing else; exits with a usage error otherwise. Not argparse: its
+    import is a large share of a verification."""
+    if len(argv) != 2 * len(flags) or sorted(argv[0::2]) != sorted(flags):
+        sys.exit("usage: %s (got %s)" % (" ".join(f + " VALUE" for f in flags), " ".join(argv) or "nothing"))
+    return dict(zip(argv[0::2], argv[1::2]))
+
+
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--workspace", required=True)
-    parser.add_argument("--answer", required=True)
-    parser.add_argument("--result", required=True)
-    args = parser.parse_args()
-    with open(args.answer, encoding="utf-8") as handle:
+    args = command_line(sys.argv[1:], ("--workspace", "--answer", "--result"))
+    with open(args["--answer"], encoding="utf-8") as handle:
         spec = json.load(handle)
     checks = spec.get("checks") if isinstance(spec, dict) else None
     if not isinstance(checks, list) or not checks:
@@ -60,13 +65,13 @@ def main():
         validate_check(check)
     # The workspace root is the harness's copy: if the verifier cannot list
     # it, the harness failed, and no check may score that as the agent's 0.
-    os.listdir(args.workspace)
-    results = [run_check(args.workspace, check) for check in checks]
+    os.listdir(args["--workspace"])
+    results = [run_check(args["--workspace"], check) for check in checks]
     reward = 1.0 if all(r["passed"] for r in results) else 0.0
-    tmp = args.result + ".tmp"
+    tmp = args["--result"] + ".tmp"
     with open(tmp, "w", encoding="utf-8") as handle:
         json.dump({"reward": reward, "checks": results}, handle, indent=2)
-    os.replace(tmp, args.result)
+    os.replace(tmp, args["--result"])
 
 
 def run_check(workspace, check):
