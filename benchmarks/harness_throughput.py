@@ -9,8 +9,8 @@ oracle's commands make every reward 1, which the benchmark checks: a harness
 that got faster by judging wrongly fails here. Reported per number of harness
 threads (`AgentSettings.harness_workers`): rollouts a second, wall and CPU
 milliseconds of harness per turn, and the CPU seconds of a whole episode
-(the machine's, so run it on a quiet one); then the CPU of one verification
-and of one command, from which docs/harness.md works out a paper-scale
+(the machine's, so run it on a quiet one); then the CPU of a verification
+(in a task's batch, as the harness runs it, and alone) and of one command, from which docs/harness.md works out a paper-scale
 round's core-hours.
 
     python -m benchmarks.harness_throughput
@@ -28,7 +28,7 @@ from transformers import AutoTokenizer
 
 from benchmarks.rollout_throughput import level0_tasks
 from clawloop_assets.harness.agent_loop import FENCE_CLOSE, AgentSettings, run_rollouts, sample_stream
-from clawloop_assets.harness.verification import run_verifier
+from clawloop_assets.harness.verification import run_verifier, run_verifiers
 from clawloop_assets.task_bundle import TaskBundle
 from resources.policy import Completion, PolicySession, SamplingParams
 from resources.sandbox import BubblewrapSandbox, Sandbox
@@ -126,8 +126,17 @@ def measure(
             results[f"{key}.cpu_ms_per_turn"] = 1000 * cpu / turns
             results[f"{key}.cpu_seconds_per_rollout"] = cpu / len(rollouts)
             progress(f"{count} harness threads: {len(rollouts)} rollouts in {wall:.1f}s ({cpu:.1f} CPU s)")
-        # The verifier's part, one at a time on the final workspaces, so that
-        # an episode's cost splits into commands and one verification.
+        # The verifier's part, on the final workspaces, so that an episode's
+        # cost splits into commands and its verification: as the harness
+        # verifies (a task's rollouts that end together in one batch), and
+        # one at a time (what a rollout that ends alone costs).
+        by_task: dict[str, list] = {}
+        for rollout in rollouts:
+            by_task.setdefault(rollout.task.task_id, []).append(rollout)
+        cpu, started = cpu_seconds(), time.perf_counter()
+        for group in by_task.values():
+            run_verifiers(sandbox, group[0].task, [r.workspace for r in group])
+        batch_wall, batch_cpu = (time.perf_counter() - started) / len(rollouts), (cpu_seconds() - cpu) / len(rollouts)
         cpu, started = cpu_seconds(), time.perf_counter()
         for rollout in rollouts:
             run_verifier(sandbox, rollout.task, rollout.workspace)
@@ -136,8 +145,10 @@ def measure(
         per_rollout = results[f"harness.workers_{workers[-1]}.cpu_seconds_per_rollout"]
     results["harness.verifier_wall_ms"] = 1000 * verify_wall
     results["harness.verifier_cpu_ms"] = 1000 * verify_cpu
+    results["harness.batched_verifier_wall_ms"] = 1000 * batch_wall
+    results["harness.batched_verifier_cpu_ms"] = 1000 * batch_cpu
     # What is left of an episode's CPU is its commands' (and the bookkeeping of every turn).
-    results["harness.command_cpu_ms"] = 1000 * max(0.0, per_rollout - verify_cpu) / commands
+    results["harness.command_cpu_ms"] = 1000 * max(0.0, per_rollout - batch_cpu) / commands
     results["harness.rollouts"] = float(task_count * samples_per_task)
     results["harness.turns_per_rollout"] = float(TURNS)
     return results

@@ -327,6 +327,8 @@ def test_harness_throughput_times_the_oracles_episodes_per_thread_count(base_che
         assert results[f"{key}.wall_ms_per_turn"] == pytest.approx(4 / results[f"{key}.rollouts_per_second"] * 1000 / turns)
         assert results[f"{key}.cpu_ms_per_turn"] > 0 and results[f"{key}.cpu_seconds_per_rollout"] > 0
     assert results["harness.verifier_cpu_ms"] > 0 and results["harness.command_cpu_ms"] >= 0
+    # A task's two rollouts share one verification batch: cheaper a rollout than one run each.
+    assert 0 < results["harness.batched_verifier_cpu_ms"] < results["harness.verifier_cpu_ms"]
 
 
 def test_harness_throughput_refuses_an_episode_that_did_not_score_1(base_checkpoint_dir, monkeypatch):
