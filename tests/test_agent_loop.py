@@ -194,6 +194,16 @@ def test_a_tasks_rollouts_that_end_together_are_verified_in_one_sandbox_run(leve
     assert all(r.sandbox_seconds > 0 for r in rollouts)
 
 
+def test_rollouts_that_leave_a_sqlite_file_are_verified_alone(level0_task, tmp_path):
+    # SQLite's C parser is the verifier's one surface a crafted file could
+    # subvert: such a verifier must not hold its siblings' verdicts.
+    replies = ["sqlite3 crafted.db 'create table t(a)'\n```", oracle_command(level0_task) + "\n```"]
+    sandbox = CountingSandbox()
+    rollouts = run_rollouts(ScriptedSession(replies), sandbox, [level0_task], 2, AgentSettings(max_turns=1), tmp_path, seed=0)
+    assert [r.reward for r in rollouts] == [0.0, 1.0]
+    assert sandbox.verifier_runs == 2
+
+
 def test_rollouts_do_not_depend_on_the_number_of_harness_threads(level0_task, tmp_path):
     replies = [
         oracle_command(level0_task) + "\n```", "echo nothing\n```", "ls -la\n```", "no fence",

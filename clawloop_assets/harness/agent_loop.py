@@ -661,18 +661,27 @@ def _verdicts(sandbox: Sandbox, rollouts: Sequence[Rollout]) -> list[VerifierRes
     of the batch's."""
     if not rollouts:
         return []
-    started = time.monotonic()
-    try:
-        verdicts: list[VerifierResult | Exception] = list(
-            run_verifiers(sandbox, rollouts[0].task, [r.workspace for r in rollouts]))
-    except Exception:  # noqa: BLE001 - each rollout gets its own run, and its own error
-        verdicts = []
+
+    def each_alone() -> list[VerifierResult | Exception]:
+        verdicts: list[VerifierResult | Exception] = []
         for rollout in rollouts:
             try:
                 verdicts.append(with_sandbox_retries(lambda: run_verifier(sandbox, rollout.task, rollout.workspace)))
             except Exception as exc:  # noqa: BLE001 - this rollout's, recorded on it
                 verdicts.append(exc)
         return verdicts
+
+    # The verifier reads a SQLite file with SQLite's C parser, the one part
+    # of it a crafted file could subvert; a batch would hand such a subverted
+    # verifier its siblings' verdicts too, so those rollouts go alone.
+    if len(rollouts) > 1 and any(workspace_holds_sqlite(r.workspace) for r in rollouts):
+        return each_alone()
+    started = time.monotonic()
+    try:
+        verdicts: list[VerifierResult | Exception] = list(
+            run_verifiers(sandbox, rollouts[0].task, [r.workspace for r in rollouts]))
+    except Exception:  # noqa: BLE001 - each rollout gets its own run, and its own error
+        return each_alone()
     share = (time.monotonic() - started) / len(rollouts)
     return [replace(v, seconds=share) if isinstance(v, VerifierResult) else v for v in verdicts]
 
@@ -702,6 +711,24 @@ def workspace_contains(workspace: Path, needle: str, max_bytes: int = 1 << 20) -
             if stat.S_ISREG(os.fstat(fd).st_mode) and data in f.read(max_bytes):
                 return True
     return False
+
+
+def workspace_holds_sqlite(workspace: Path) -> bool:
+    """Whether any regular file the agent left opens with SQLite's header."""
+    for entry in iter_tree(workspace):
+        if not entry.is_file(follow_symlinks=False):
+            continue
+        try:
+            fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        with open(fd, "rb") as f:
+            if stat.S_ISREG(os.fstat(fd).st_mode) and f.read(len(SQLITE_HEADER)) == SQLITE_HEADER:
+                return True
+    return False
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 def with_sandbox_retries(call: Callable[[], T], attempts: int = SANDBOX_ATTEMPTS) -> T:
