@@ -697,24 +697,19 @@ def _record_verdict(rollout: Rollout, verdict) -> None:
 
 
 def workspace_contains(workspace: Path, needle: str, max_bytes: int = 1 << 20) -> bool:
-    """Whether any regular file the agent left holds `needle` in its first
-    `max_bytes`. Links are never followed: they may point anywhere on the host."""
+    """Whether any regular file the agent left holds `needle` in its first `max_bytes`."""
     data = needle.encode()
-    for entry in iter_tree(workspace):
-        if not entry.is_file(follow_symlinks=False):
-            continue
-        try:
-            fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            continue
-        with open(fd, "rb") as f:
-            if stat.S_ISREG(os.fstat(fd).st_mode) and data in f.read(max_bytes):
-                return True
-    return False
+    return any(data in head for head in _file_heads(workspace, max_bytes))
 
 
 def workspace_holds_sqlite(workspace: Path) -> bool:
     """Whether any regular file the agent left opens with SQLite's header."""
+    return any(head == SQLITE_HEADER for head in _file_heads(workspace, len(SQLITE_HEADER)))
+
+
+def _file_heads(workspace: Path, max_bytes: int) -> Iterator[bytes]:
+    """The first `max_bytes` of each regular file under `workspace`. Links
+    are never followed: they may point anywhere on the host."""
     for entry in iter_tree(workspace):
         if not entry.is_file(follow_symlinks=False):
             continue
@@ -723,9 +718,8 @@ def workspace_holds_sqlite(workspace: Path) -> bool:
         except OSError:
             continue
         with open(fd, "rb") as f:
-            if stat.S_ISREG(os.fstat(fd).st_mode) and f.read(len(SQLITE_HEADER)) == SQLITE_HEADER:
-                return True
-    return False
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                yield f.read(max_bytes)
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"
