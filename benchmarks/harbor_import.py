@@ -44,8 +44,8 @@ def reason_group(reason: str, root: Path) -> str:
                       rest, flags=re.S)
         rest = re.sub(r"(cannot reach) \(.*", r"\1", rest, flags=re.S)
         rest = re.sub(r"the oracle's run does not pass: .*", "the oracle's run does not pass", rest, flags=re.S)
-        rest = re.sub(r", which the task's container does not have.*", ", which the container does not have", rest,
-                      flags=re.S)
+        rest = re.sub(r"fetches from .*?, which this machine's registry proxy does not reach.*",
+                      "fetches from a host beyond the package registries", rest, flags=re.S)
         return "image: " + reason_group(rest, root)
     text = reason.replace(str(root) + "/", "")
     text = re.sub(r"^[\w.-]+/", "", text)  # the task's directory

@@ -152,10 +152,9 @@ def test_the_benchmark_groups_reasons_from_task_images_apart(tmp_path):
              "package libfoo\nmore")
     assert reason_group(built, root) == ("image: environment/Dockerfile: the image build failed: an apt package Debian "
                                          "bookworm (our stand-in base) does not have")
-    offline = (f"in its own image: {root}/b/solution/solve.sh:7: `pip install x` needs the network, which the task's "
-               f"container does not have (the oracle exited with 1); {root}/b/tests/test.sh: the oracle's run ...")
-    assert reason_group(offline, root) == ("image: solution/solve.sh: `…` needs the network, which the container "
-                                           "does not have")
+    beyond = (f"in its own image: {root}/b/solution/solve.sh: fetches from github.com, which this machine's registry "
+              f"proxy does not reach (only deb.debian.org, ...); the oracle exited with 1; {root}/b/tests/test.sh: ...")
+    assert reason_group(beyond, root) == "image: solution/solve.sh: fetches from a host beyond the package registries"
     # A build failure is named by the step that failed, not taken for a RUN.
     image = f"in its own image: {root}/c/environment/Dockerfile: the image build failed: "
     missing = image + "Step 3/8 : COPY weights.pt /app/; COPY failed: file not found in build context or excluded"
@@ -244,15 +243,17 @@ def test_a_task_that_builds_only_as_an_image_validates_there_and_is_left_out_on_
     (image_only_task / "solution" / "solve.sh").write_text("#!/bin/bash\nset -e\npip install clawloop-absent\n")
     broken = import_harbor_task(image_only_task, dest, DockerSandbox(), task_budget_s=300)
     assert not broken.validated
-    assert broken.reasons[0].startswith(f"in its own image: {image_only_task}/solution/solve.sh:3: `pip install "
-                                        "clawloop-absent` needs the network, which the task's container does not have")
+    assert broken.reasons[0].startswith(f"in its own image: {image_only_task}/tests/test.sh: the oracle's run does not "
+                                        "pass: the oracle exited with 1"), broken.reasons[0]
+    assert "No matching distribution found for clawloop-absent" in broken.reasons[0]  # PyPI answered, through the proxy
     assert result.image not in task_images()
-    # An oracle that goes on past its failed fetch and exits 0: the fetch is still named as the cause.
-    (image_only_task / "solution" / "solve.sh").write_text("#!/bin/bash\npip install clawloop-absent\ntrue\n")
+    # An oracle that goes on past a fetch beyond the registries and exits 0: the host is still named as the cause.
+    (image_only_task / "solution" / "solve.sh").write_text("#!/bin/bash\ncurl -sfO https://github.com/x/y.tar.gz\ntrue\n")
     broken = import_harbor_task(image_only_task, dest, DockerSandbox(), task_budget_s=300)
-    assert broken.reasons[0].startswith(f"in its own image: {image_only_task}/solution/solve.sh:2: `pip install "
-                                        "clawloop-absent` needs the network, which the task's container does not "
-                                        "have (the oracle exited with 0)"), broken.reasons[0]
+    assert broken.reasons[0].startswith(f"in its own image: {image_only_task}/solution/solve.sh: fetches from "
+                                        "github.com, which this machine's registry proxy does not reach (only "
+                                        "archive.ubuntu.com, deb.debian.org,"), broken.reasons[0]
+    assert "the oracle exited with 0" in broken.reasons[0]
     # Refused after its image was built (a test.sh requirement offline cannot meet): no image kept either.
     (image_only_task / "tests" / "test.sh").write_text("#!/bin/bash\nuvx -w ./vendored/plugin pytest\n")
     refused = import_harbor_task(image_only_task, dest, DockerSandbox(), task_budget_s=300)
@@ -317,3 +318,47 @@ def test_test_sh_requirements_outside_the_wheelhouse_are_fetched_as_wheels_for_t
     assert note.startswith("tests/test.sh:18: toml==0.10.2 (not in the offline wheelhouse) fetched from PyPI for Python 3.12")
     with pytest.raises(HarborRunError, match="the task's image has no python3"):
         fetch_wheels({"toml==0.10.2": "tests/test.sh:18"}, None, tmp_path, TaskBudget(300))
+
+
+# The tests' check that the registry proxy is gone: CONNECT through the
+# relay's port must not be answered.
+_PROXY_GONE_CHECK = (
+    "python3 -c \"import socket,sys\ntry:\n s=socket.create_connection(('127.0.0.1',3128),3);"
+    "s.sendall(b'CONNECT pypi.org:443 HTTP/1.1\\r\\n\\r\\n');sys.exit(9 if b' 200 ' in s.recv(100) else 0)\n"
+    "except OSError: pass\" || { echo 0 > /logs/verifier/reward.txt; exit 0; }\n")
+
+
+@pytest.mark.slow
+def test_an_oracle_that_fetches_reaches_the_package_registries_and_nothing_else(exported_task):
+    solve = exported_task / "solution" / "solve.sh"
+    solve.write_text("#!/bin/bash\nset -e\n"
+                     "test \"$(ls /sys/class/net)\" = lo\n"
+                     "pip install --quiet --no-deps --target /tmp/site six==1.16.0\n"  # HTTPS, by CONNECT
+                     "ls /tmp/site/six.py\n"
+                     "grep -q 127.0.0.1:3128 /etc/apt/apt.conf.d/99clawloop-registry-proxy\n"
+                     "curl -sf -o /dev/null http://deb.debian.org/debian/dists/bookworm/Release\n"  # plain HTTP
+                     "if curl -sf -o /dev/null https://github.com/; then exit 9; fi\n"
+                     "if python3 -c 'import socket; socket.create_connection((\"deb.debian.org\", 80), timeout=3)'; "
+                     "then exit 9; fi\n"
+                     + solve.read_text().split("\n", 1)[1])
+    test_sh = exported_task / "tests" / "test.sh"
+    first, rest = test_sh.read_text().split("\n", 1)
+    test_sh.write_text(f"{first}\n{_PROXY_GONE_CHECK}test ! -e /etc/apt/apt.conf.d/99clawloop-registry-proxy || "
+                       "{ echo 0 > /logs/verifier/reward.txt; exit 0; }\n" + rest)
+    run = run_harbor_task(exported_task)
+    assert run.oracle_exit == 0 and run.reward == 1.0, run.detail
+    assert run.registries and run.refused_hosts == ("github.com",)
+    assert any("through ClawLoop's registry proxy" in note and "solve.sh:4: `pip install" in note for note in run.adaptations)
+    untouched = run_harbor_task(exported_task, oracle=False)
+    assert not untouched.registries and untouched.reward == 0.0, untouched.detail
+
+
+@pytest.mark.slow
+def test_an_oracle_that_fetches_beyond_the_registries_is_refused_naming_the_host(exported_task):
+    solve = exported_task / "solution" / "solve.sh"
+    solve.write_text("#!/bin/bash\nset -e\ngit clone https://github.com/example/repo.git /tmp/repo || "
+                     "curl -sf https://raw.githubusercontent.com/example/x -o /tmp/x\n")
+    failure, solved, untouched = validate_the_harbor_way(exported_task)
+    assert untouched is None and solved.refused_hosts
+    assert failure.startswith(f"{solve}: fetches from ") and "which this machine's registry proxy does not reach" in failure
+    assert "raw.githubusercontent.com" in failure

@@ -49,6 +49,14 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from clawloop_assets.harbor.registry_proxy import (
+    APT_PROXY_CONF,
+    APT_PROXY_TEXT,
+    PROXY_ENV,
+    RegistryProxy,
+    RegistryProxyError,
+    registries_text,
+)
 from clawloop_assets.harbor.task_format import (
     _NETWORK_USE,
     HARBOR_MAX_PROCESSES,
@@ -102,6 +110,8 @@ class HarborRun:
     test_exit: int | None = None  # None: test.sh timed out
     adaptations: tuple[str, ...] = ()
     seconds: float = 0.0
+    registries: bool = False  # the oracle's run had the package registries (registry_proxy)
+    refused_hosts: tuple[str, ...] = ()  # what it asked the proxy for and did not get
 
 
 class TaskBudget:
@@ -577,11 +587,11 @@ def read_reward(directory: Path) -> tuple[float | None, str, dict[str, float]]:
 
 
 def _exec(container: str, argv: list[str], timeout_s: float, env: dict[str, str] | None = None,
-          workdir: str | None = None) -> tuple[int | None, str]:
+          workdir: str | None = None, user: str | None = None) -> tuple[int | None, str]:
     """Run `argv` in the container; (exit code or None when it ran past
     `timeout_s`, its output capped). Past the timeout, every process in the
     container but its pid 1 is killed, as Harbor ends an agent's time."""
-    args = [_docker(), "exec", *(["-w", workdir] if workdir else [])]
+    args = [_docker(), "exec", *(["-w", workdir] if workdir else []), *(["-u", user] if user else [])]
     for name, value in (env or {}).items():
         args += ["-e", f"{name}={value}"]
     with tempfile.TemporaryFile() as out:
@@ -693,8 +703,21 @@ def run_harbor_task(task_dir: Path, *, oracle: bool = True, cpu_shares: int | No
         wheels.mkdir()
         if first.uses_toolchain:
             mounts += toolchain_mounts(toolchain, wheels, test_path)
-        start_task_container(name, image, memory, config["cpus"], cpu_shares, mounts)
+        # An oracle that fetches gets the package registries, and nothing
+        # else, for its run only (registry_proxy); the tests stay offline.
+        fetch = network_line(solve) if oracle else None
+        proxy = None
+        if fetch:
+            try:
+                proxy = RegistryProxy()
+            except RegistryProxyError as exc:
+                raise SandboxError(f"the registry proxy for {solve} could not be set up: {exc}") from exc
+            mounts.append(proxy.mount)
+            adaptations.append(f"{fetch}: the oracle's run reached the package registries ({registries_text()}) "
+                               "through ClawLoop's registry proxy, nothing else; the tests ran offline")
+        refused: list[str] = []
         try:
+            start_task_container(name, image, memory, config["cpus"], cpu_shares, mounts)
             oracle_exit, timed_out = None, False
             if oracle:
                 with tempfile.TemporaryDirectory(prefix="clawloop-harbor-solution-") as solution_tmp:
@@ -703,7 +726,14 @@ def run_harbor_task(task_dir: Path, *, oracle: bool = True, cpu_shares: int | No
                     with_checkout_modes(solution)
                     _copy_in(name, solution, "/solution")
                 timeout, timeout_text = budget.cap(oracle_timeout_s or config["agent_timeout_s"], "the oracle")
-                oracle_exit, output = _exec(name, ["bash", "/solution/solve.sh"], timeout)
+                if proxy is not None:
+                    oracle_exit, output = _with_registries(name, proxy, ["bash", "/solution/solve.sh"], timeout)
+                    refused = proxy.refused
+                    proxy.close()
+                    proxy = None
+                    _exec(name, ["rm", "-f", APT_PROXY_CONF], CONTAINER_SECONDS, user="0")
+                else:
+                    oracle_exit, output = _exec(name, ["bash", "/solution/solve.sh"], timeout)
                 timed_out = oracle_exit is None
             probe, version = _exec(name, ["python3", "-c", "import platform; print(platform.python_version())"], 30.0)
             python = version.strip().splitlines()[-1] if probe == 0 and version.strip() else None
@@ -733,9 +763,27 @@ def run_harbor_task(task_dir: Path, *, oracle: bool = True, cpu_shares: int | No
             elif oracle and oracle_exit != 0:
                 detail = f"the oracle exited with {oracle_exit} (last output: {output.strip()[-200:]}); " + detail
         finally:
+            if proxy is not None:
+                proxy.close()
             subprocess.run([_docker(), "rm", "-f", name], capture_output=True, timeout=CONTAINER_SECONDS)
     return HarborRun(task_dir, image, oracle, reward, detail, named, oracle_exit, timed_out, test_exit,
-                     tuple(adaptations + script.adaptations), time.monotonic() - started)
+                     tuple(adaptations + script.adaptations), time.monotonic() - started,
+                     registries=bool(fetch), refused_hosts=tuple(refused))
+
+
+def _with_registries(name: str, proxy: RegistryProxy, argv: list[str], timeout_s: float) -> tuple[int | None, str]:
+    """`argv` run in the container with the registry proxy's relay up and
+    curl, pip, uv, npm and apt pointed at it (apt by a file, as root,
+    since sudo drops the variables)."""
+    code, said = _exec(name, proxy.relay_argv, CONTAINER_SECONDS)
+    if code != 0:
+        raise SandboxError(f"the registry relay did not start in the container: {said.strip()[-300:]}")
+    _exec(name, ["sh", "-c", '[ -d /etc/apt/apt.conf.d ] && printf %s "$1" > "$2" || true', "sh", APT_PROXY_TEXT,
+                 APT_PROXY_CONF], CONTAINER_SECONDS, user="0")
+    try:
+        return _exec(name, argv, timeout_s, PROXY_ENV)
+    finally:
+        _exec(name, ["sh", "-c", f"kill {int(said.split()[0])} 2>/dev/null; true"], CONTAINER_SECONDS, user="0")
 
 
 # Wheels a Linux x86-64 image can install: pip's manylinux tags from the
@@ -844,12 +892,11 @@ def validate_the_harbor_way(task_dir: Path, *, cpu_shares: int | None = None, or
     solved = run_harbor_task(task_dir, cpu_shares=cpu_shares, oracle_timeout_s=oracle_timeout_s, budget=budget)
     if solved.reward != 1.0:
         reason = f"{task_dir / 'tests' / 'test.sh'}: the oracle's run does not pass: {solved.detail}"
-        offline = network_line(task_dir / "solution" / "solve.sh")
-        if offline and not solved.oracle_timed_out:
-            # The containers have no network: that line is the likely cause,
-            # also when the oracle went on past it and exited 0 (no `set -e`).
-            reason = f"{offline}, which the task's container does not have (the oracle exited with " \
-                     f"{solved.oracle_exit}); " + reason
+        if solved.refused_hosts:
+            # The oracle had the registries: what it asked beyond them is the likely cause.
+            reason = (f"{task_dir / 'solution' / 'solve.sh'}: fetches from {', '.join(solved.refused_hosts)}, which "
+                      f"this machine's registry proxy does not reach (only {registries_text()}); the oracle exited "
+                      f"with {solved.oracle_exit}; " + reason)
         return reason, solved, None
     untouched = run_harbor_task(task_dir, oracle=False, cpu_shares=cpu_shares, budget=budget)
     # As the bundle wrapper scores it: no valid reward on the untouched
