@@ -110,10 +110,16 @@ def test_an_exported_task_run_the_harbor_way_scores_its_oracle_1_and_untouched_0
 
 
 @pytest.mark.slow
-def test_the_oracle_runs_without_network_or_capabilities(exported_task):
+def test_the_oracle_runs_without_network_and_with_only_the_task_capabilities(exported_task):
+    from clawloop_assets.harbor.docker_run import TASK_CAPABILITIES
+
+    bits = {"CHOWN": 0, "DAC_OVERRIDE": 1, "FOWNER": 3, "FSETID": 4, "KILL": 5, "SETGID": 6, "SETUID": 7,
+            "NET_BIND_SERVICE": 10}  # linux/capability.h
+    mask = sum(1 << bits[name] for name in TASK_CAPABILITIES)
     solve = exported_task / "solution" / "solve.sh"
     solve.write_text("#!/bin/bash\nset -e\n"
-                     "grep -q '^CapEff:[[:space:]]*0000000000000000$' /proc/self/status\n"
+                     f"grep -q '^CapEff:[[:space:]]*{mask:016x}$' /proc/self/status\n"
+                     "grep -q '^NoNewPrivs:[[:space:]]*1$' /proc/self/status\n"
                      "test \"$(ls /sys/class/net)\" = lo\n"
                      "if python3 -c 'import socket; socket.create_connection((\"deb.debian.org\", 80), timeout=3)'; "
                      "then exit 9; fi\n"

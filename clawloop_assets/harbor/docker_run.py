@@ -22,11 +22,12 @@ What differs from Harbor, each for a reason:
   /harbor-toolchain.
 
 The containers are hardened as our Docker sandbox's: `--network none`,
-every capability dropped, no-new-privileges, our seccomp profile, a memory
+every capability dropped but the few a task's root needs to install and
+serve (TASK_CAPABILITIES), no-new-privileges, our seccomp profile, a memory
 limit without swap from task.toml `memory`, `--cpus` from its `cpus`, a
 process limit, no core files. Unlike the sandbox's, the root filesystem is
-writable and the commands run as the image's user (root without
-capabilities, unless the Dockerfile says USER): the task's WORKDIR is part of
+writable and the commands run as the image's user (root with only
+those capabilities, unless the Dockerfile says USER): the task's WORKDIR is part of
 the image, as in Harbor, and its files belong to the image's user.
 """
 
@@ -479,7 +480,7 @@ def checkout_mode(mode: int, is_dir: bool) -> int:
     executable bit, so 0755 for a directory or an executable, else 0644.
     A task's own modes may be a copy's (a read-only mirror's 0444), and a
     COPY keeps them: a file the oracle must rewrite would then be read-only
-    in the image, which root without capabilities cannot override."""
+    in the image (Harbor's task authors expect a checkout's modes)."""
     return 0o755 if is_dir or mode & 0o111 else 0o644
 
 
@@ -630,19 +631,27 @@ def toolchain_mounts(toolchain: Toolchain | None, wheels: Path, test_path: Path)
     return [f"{toolchain.root}:{TOOLCHAIN_MOUNT}:ro", f"{wheels}:{IMAGE_WHEELS}:ro"]
 
 
+# What a task's root needs to install and serve as Harbor's tasks expect
+# (apt's download user, dpkg's file owners, useradd, a server dropping to
+# its user): a part of Docker's default set, which Harbor's containers
+# have. Not the rest (raw sockets, device nodes, file capabilities,
+# chroot), and no-new-privileges holds: no setuid program gains anything.
+TASK_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "NET_BIND_SERVICE")
+
+
 def start_task_container(name: str, image: str, memory_bytes: int, cpus: float, cpu_shares: int | None,
                          mounts: list[str]) -> None:
     """Start a container of a task image, idle (`sleep infinity` as pid 1)
-    for `docker exec`, hardened: no network, every capability dropped,
-    no-new-privileges, our seccomp profile, task.toml's memory (no swap)
+    for `docker exec`, hardened: no network, every capability dropped but
+    TASK_CAPABILITIES, no-new-privileges, our seccomp profile, task.toml's memory (no swap)
     and cpus (at most this machine's cores: Docker refuses more, and a task
     asking more only runs slower here; `cpu_adaptation` says so), a process
     limit, no core files; `mounts` are `-v` specs. An engine that cannot
     start it raises SandboxError."""
     cpus = min(cpus, float(os.cpu_count() or 1))
     args = [_docker(), "run", "-d", "--name", name, "--network", "none", "--hostname", "harbor",
-            "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-            "--security-opt", f"seccomp={_docker_seccomp_file()}",
+            "--cap-drop", "ALL", *[part for cap in TASK_CAPABILITIES for part in ("--cap-add", cap)],
+            "--security-opt", "no-new-privileges", "--security-opt", f"seccomp={_docker_seccomp_file()}",
             "--memory", str(memory_bytes), "--memory-swap", str(memory_bytes), "--cpus", f"{cpus:g}",
             "--pids-limit", str(HARBOR_MAX_PROCESSES), "--ulimit", "core=0:0",
             *(["--cpu-shares", str(cpu_shares)] if cpu_shares else []),

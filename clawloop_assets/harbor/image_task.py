@@ -6,7 +6,8 @@ from /logs/verifier. This is how a task that validates only in its own
 image (`harbor-import --sandbox docker`, listed `image_only`) is evaluated.
 
 The container is hardened as `docker_run.start_task_container` makes it:
-no network, every capability dropped, no-new-privileges, our seccomp
+no network, every capability dropped but the few a task's root needs to
+install and serve (TASK_CAPABILITIES), no-new-privileges, our seccomp
 profile, task.toml's memory (no swap) and cpus, a process limit. Beyond
 Harbor, for an agent that is an adversary:
 
