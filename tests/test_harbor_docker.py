@@ -109,16 +109,21 @@ def test_an_exported_task_run_the_harbor_way_scores_its_oracle_1_and_untouched_0
     assert result["checks"]  # our verifier's answer key travelled with the task
 
 
-@pytest.mark.slow
-def test_the_oracle_runs_without_network_and_with_only_the_task_capabilities(exported_task):
+def task_capabilities_mask() -> str:
+    """/proc/self/status's CapEff of a task container's processes."""
     from clawloop_assets.harbor.docker_run import TASK_CAPABILITIES
 
     bits = {"CHOWN": 0, "DAC_OVERRIDE": 1, "FOWNER": 3, "FSETID": 4, "KILL": 5, "SETGID": 6, "SETUID": 7,
             "NET_BIND_SERVICE": 10}  # linux/capability.h
-    mask = sum(1 << bits[name] for name in TASK_CAPABILITIES)
+    return f"{sum(1 << bits[name] for name in TASK_CAPABILITIES):016x}"
+
+
+@pytest.mark.slow
+def test_the_oracle_runs_without_network_and_with_only_the_task_capabilities(exported_task):
+    mask = task_capabilities_mask()
     solve = exported_task / "solution" / "solve.sh"
     solve.write_text("#!/bin/bash\nset -e\n"
-                     f"grep -q '^CapEff:[[:space:]]*{mask:016x}$' /proc/self/status\n"
+                     f"grep -q '^CapEff:[[:space:]]*{mask}$' /proc/self/status\n"
                      "grep -q '^NoNewPrivs:[[:space:]]*1$' /proc/self/status\n"
                      "test \"$(ls /sys/class/net)\" = lo\n"
                      "if python3 -c 'import socket; socket.create_connection((\"deb.debian.org\", 80), timeout=3)'; "

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import docker_sandbox
 from test_agent_loop import ScriptedSession
-from test_harbor_docker import IMAGE_ONLY_DOCKERFILE, IMAGE_ONLY_TEST_SH
+from test_harbor_docker import _PROXY_GONE_CHECK, IMAGE_ONLY_DOCKERFILE, IMAGE_ONLY_TEST_SH, task_capabilities_mask
 
 from clawloop_assets.harness.agent_loop import AgentSettings, run_rollouts
 
@@ -72,7 +72,7 @@ def test_an_image_only_task_is_scored_in_its_image_on_docker_and_left_out_on_bub
 
 
 @pytest.mark.slow
-def test_the_agent_runs_without_network_or_capabilities_in_the_tasks_limits(imported, tmp_path):
+def test_the_agent_runs_without_network_and_with_the_task_capabilities_in_its_limits(imported, tmp_path):
     from clawloop_assets.evaluation.task_dir import load_eval_tasks
 
     (task,) = load_eval_tasks(imported[0], docker_sandbox())
@@ -80,11 +80,37 @@ def test_the_agent_runs_without_network_or_capabilities_in_the_tasks_limits(impo
              "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes; "
              "python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), 3)\" 2>/dev/null || echo offline")
     (rollout,) = rollouts_of(task.bundle, [probe + "\n```", "submit\n```"], tmp_path)
-    # The image's WORKDIR, no capability, task.toml's memory_mb = 2048, no network.
+    # The image's WORKDIR, the task capabilities, task.toml's memory_mb = 2048, no network.
     # The task's files as a checkout has them (rewritable), though its source is read-only.
-    assert rollout.last_output.split() == ["/app", "writable", "CapEff:", "0000000000000000", str(2048 << 20),
-                                           "offline"], \
+    assert rollout.last_output.split() == ["/app", "writable", "CapEff:", task_capabilities_mask(),
+                                           str(2048 << 20), "offline"], \
         rollout.last_output
+
+
+@pytest.mark.slow
+def test_an_agent_on_a_task_whose_oracle_fetched_gets_the_registries_until_the_tests(imported, tmp_path):
+    from clawloop_assets.evaluation.task_dir import load_eval_tasks
+
+    (task,) = load_eval_tasks(imported[0], docker_sandbox())
+    assert not task.bundle.registries  # its oracle fetched nothing
+    checked = Path(shutil.copytree(task.bundle.root, tmp_path / "checked"))
+    for path in [checked, *checked.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    # The tests pass only when neither the proxy nor the agent's apt file is there any more.
+    (checked / "tests" / "test.sh").write_text(
+        "#!/bin/bash\n" + _PROXY_GONE_CHECK + "test ! -e /etc/apt/apt.conf.d/99clawloop-registry-proxy || "
+        "{ echo 0 > /logs/verifier/reward.txt; exit 0; }\necho 1 > /logs/verifier/reward.txt\n")
+    fetch = ("pip install --quiet --no-deps --target /tmp/site six==1.16.0 && ls /tmp/site/six.py; "
+             "curl -sf -o /dev/null https://github.com/ && echo reached || echo refused")
+    again = "curl -sf -o /dev/null https://pypi.org/simple/six/ && echo again || echo offline"  # a new command, a new relay
+    (rollout,) = rollouts_of(dataclasses.replace(task.bundle, root=checked, registries=True),
+                             [fetch + "\n```", again + "\n```"], tmp_path)
+    observations = [m["content"] for m in rollout.messages if m["role"] == "user"]
+    assert any("/tmp/site/six.py" in text and "refused" in text for text in observations), observations
+    assert rollout.last_output.split() == ["again"], rollout.last_output
+    assert (rollout.status, rollout.reward, rollout.exit_codes) == ("scored", 1.0, [0, 0]), rollout.error
+    (offline,) = rollouts_of(dataclasses.replace(task.bundle, root=checked), [again + "\n```"], tmp_path, max_turns=1)
+    assert offline.last_output.split() == ["offline"], offline.last_output
 
 
 @pytest.mark.slow

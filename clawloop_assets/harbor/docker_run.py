@@ -740,7 +740,6 @@ def run_harbor_task(task_dir: Path, *, oracle: bool = True, cpu_shares: int | No
                     refused = proxy.refused
                     proxy.close()
                     proxy = None
-                    _exec(name, ["rm", "-f", APT_PROXY_CONF], CONTAINER_SECONDS, user="0")
                 else:
                     oracle_exit, output = _exec(name, ["bash", "/solution/solve.sh"], timeout)
                 timed_out = oracle_exit is None
@@ -780,19 +779,25 @@ def run_harbor_task(task_dir: Path, *, oracle: bool = True, cpu_shares: int | No
                      registries=bool(fetch), refused_hosts=tuple(refused))
 
 
+def point_apt_at_registries(name: str, on: bool) -> None:
+    """Write (or remove) the container's apt file that points apt at the
+    registry proxy, as root: sudo drops the proxy variables."""
+    script = '[ -d /etc/apt/apt.conf.d ] && printf %s "$1" > "$2" || true' if on else 'rm -f "$2"'
+    _exec(name, ["sh", "-c", script, "sh", APT_PROXY_TEXT, APT_PROXY_CONF], CONTAINER_SECONDS, user="0")
+
+
 def _with_registries(name: str, proxy: RegistryProxy, argv: list[str], timeout_s: float) -> tuple[int | None, str]:
     """`argv` run in the container with the registry proxy's relay up and
-    curl, pip, uv, npm and apt pointed at it (apt by a file, as root,
-    since sudo drops the variables)."""
+    curl, pip, uv, npm and apt pointed at it."""
     code, said = _exec(name, proxy.relay_argv, CONTAINER_SECONDS)
     if code != 0:
         raise SandboxError(f"the registry relay did not start in the container: {said.strip()[-300:]}")
-    _exec(name, ["sh", "-c", '[ -d /etc/apt/apt.conf.d ] && printf %s "$1" > "$2" || true', "sh", APT_PROXY_TEXT,
-                 APT_PROXY_CONF], CONTAINER_SECONDS, user="0")
+    point_apt_at_registries(name, True)
     try:
         return _exec(name, argv, timeout_s, PROXY_ENV)
     finally:
         _exec(name, ["sh", "-c", f"kill {int(said.split()[0])} 2>/dev/null; true"], CONTAINER_SECONDS, user="0")
+        point_apt_at_registries(name, False)
 
 
 # Wheels a Linux x86-64 image can install: pip's manylinux tags from the

@@ -56,11 +56,13 @@ from clawloop_assets.harbor.docker_run import (
     _image_id,
     _image_path,
     fetch_wheels,
+    point_apt_at_registries,
     read_reward,
     start_task_container,
     toolchain_mounts,
     with_checkout_modes,
 )
+from clawloop_assets.harbor.registry_proxy import PROXY_ENV, RegistryProxy, RegistryProxyError
 from clawloop_assets.harbor.task_format import (
     HARBOR_CAPABILITY,
     IMPORTED_MAX_TURNS,
@@ -96,6 +98,7 @@ class ImageTaskBundle(TaskBundle):
     agent_timeout_s: float = 0.0
     verifier_timeout_s: float = 0.0
     verifier_env: tuple[tuple[str, str], ...] = ()
+    registries: bool = False  # its oracle needed the package registries: the agent gets them too
 
 
 def source_digest(source: Path) -> str:
@@ -129,7 +132,7 @@ def load_image_task(row: dict) -> ImageTaskBundle:
         command_timeout_s=min(config["agent_timeout_s"], MAX_COMMAND_TIMEOUT_S), contract={"rules": []},
         image=image, memory_bytes=int(config["memory_bytes"]), cpus=float(config["cpus"]),
         agent_timeout_s=float(config["agent_timeout_s"]), verifier_timeout_s=float(config["verifier_timeout_s"]),
-        verifier_env=tuple(sorted(config["verifier_env"].items())),
+        verifier_env=tuple(sorted(config["verifier_env"].items())), registries=bool(row.get("registries")),
     )
 
 
@@ -154,6 +157,7 @@ class ImageEpisode:
         self.toolchain = toolchain or load_toolchain()
         self.name = ""
         self.scratch: Path | None = None
+        self.proxy: RegistryProxy | None = None
         self.agent_seconds = 0.0
 
     @property
@@ -173,8 +177,13 @@ class ImageEpisode:
             mounts = [f"{self.logs}:{REWARD_DIR}:rw", f"{self.tests}:{TESTS_DIR}:rw"]
             if first.uses_toolchain:
                 mounts += toolchain_mounts(self.toolchain, self.wheels, self.test_path)
+            if self.task.registries:
+                self.proxy = RegistryProxy()
+                mounts.append(self.proxy.mount)
             start_task_container(self.name, self.task.image, self.task.memory_bytes, self.task.cpus, self.cpu_shares,
                                  mounts)
+            if self.proxy is not None:
+                point_apt_at_registries(self.name, True)
             # The tests' adaptation needs the image's Python; asked before the agent can change it.
             probe, version = _exec(self.name, ["python3", "-c", "import platform; print(platform.python_version())"],
                                    30.0)
@@ -184,7 +193,7 @@ class ImageEpisode:
                 raise SandboxError(f"{self.test_path}: cannot run here: {'; '.join(self.script.reasons)}")
             if self.script.fetch:
                 fetch_wheels(self.script.fetch, python, self.wheels, TaskBudget(None))
-        except HarborTaskError as exc:  # the harness's setup of a validated task, not the agent's doing
+        except (HarborTaskError, RegistryProxyError) as exc:  # the harness's setup, not the agent's doing
             self.close()
             raise SandboxError(f"the episode in {self.task.image} could not be set up: {exc}") from exc
         except BaseException:
@@ -202,7 +211,8 @@ class ImageEpisode:
         wall = min(limits.wall_seconds, left)
         started = time.monotonic()
         try:
-            proc = subprocess.Popen([_docker(), "exec", self.name, "bash", "-c", _COMMAND_WRAPPER, "clawloop", *argv],
+            proc = subprocess.Popen([_docker(), "exec", *self._registry_args(), self.name, "bash", "-c",
+                                     self._wrapper(), "clawloop", *argv],
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     start_new_session=True, close_fds=True)
         except OSError as exc:
@@ -221,6 +231,15 @@ class ImageEpisode:
         self.agent_seconds += seconds
         return CommandResult(None if timed_out else code, capture.text(), capture.truncated, timed_out, seconds)
 
+    def _registry_args(self) -> list[str]:
+        return [part for name, value in PROXY_ENV.items() for part in ("-e", f"{name}={value}")] if self.proxy else []
+
+    def _wrapper(self) -> str:
+        # The relay does not outlive a command either: each starts its own.
+        if self.proxy is None:
+            return _COMMAND_WRAPPER
+        return f"{' '.join(self.proxy.relay_argv)} >/dev/null; {_COMMAND_WRAPPER}"
+
     def _end_processes(self) -> None:
         subprocess.run([_docker(), "exec", self.name, *_END_EVERY_PROCESS], capture_output=True,
                        timeout=CONTAINER_SECONDS)
@@ -233,7 +252,12 @@ class ImageEpisode:
         def error(why: str) -> VerifierResult:
             return VerifierResult("error", None, error=why, seconds=time.monotonic() - started)
 
+        if self.proxy is not None:  # nothing reaches a registry once the tests start
+            self.proxy.close()
+            self.proxy = None
         self._end_processes()
+        if self.task.registries:
+            point_apt_at_registries(self.name, False)
         _empty(self.logs)
         _empty(self.tests)
         shutil.copytree(self.task.root / "tests", self.tests, symlinks=False, dirs_exist_ok=True)
@@ -259,6 +283,9 @@ class ImageEpisode:
                               seconds=time.monotonic() - started)
 
     def close(self) -> None:
+        if self.proxy is not None:
+            self.proxy.close()
+            self.proxy = None
         if self.name:
             # Also after a failed start: `docker run -d` may have created it without starting it.
             subprocess.run([_docker(), "rm", "-f", self.name], capture_output=True, timeout=CONTAINER_SECONDS)

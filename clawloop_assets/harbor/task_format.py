@@ -172,6 +172,9 @@ class ImportResult:
     # our agent (`reasons` say why not in our sandbox) and has no bundle.
     image: str | None = None
     sandbox: str | None = None  # the backend it was validated on: "bubblewrap" or "docker"
+    # Its oracle fetched, and passed with the package registries (registry_proxy):
+    # our agent gets them too in its image, as Harbor's agent has the network.
+    registries: bool = False
 
     @property
     def validated(self) -> bool:
@@ -181,7 +184,8 @@ class ImportResult:
     def as_row(self) -> dict:
         return {"task_id": self.task_id, "source": str(self.source), "runnable": self.runnable,
                 "bundle_dir": str(self.bundle_dir) if self.bundle_dir else None, "reasons": list(self.reasons),
-                "adaptations": list(self.adaptations), "image": self.image, "sandbox": self.sandbox}
+                "adaptations": list(self.adaptations), "image": self.image, "sandbox": self.sandbox,
+                "registries": self.registries}
 
 
 @dataclass
@@ -289,7 +293,7 @@ def _validate_in_task_image(result: ImportResult, src: Path, sandbox: Sandbox, o
             f"{'no reward' if untouched.reward is None else f'{untouched.reward:g}'}); our agent runs on it in "
             "that image on the Docker backend only")
     return replace(result, image=solved.image, reasons=(note, *result.reasons),
-                   adaptations=tuple(solved.adaptations))
+                   adaptations=tuple(solved.adaptations), registries=solved.registries)
 
 
 def _import_into_sandbox(src: Path, dest_root: Path, sandbox: Sandbox, oracle_timeout_s: float | None,
