@@ -236,10 +236,14 @@ def seccomp_program() -> bytes:
     return b"".join(struct.pack("=HBBI", c, offset(i, t), offset(i, f), k) for i, (c, t, f, k) in enumerate(code))
 
 
-def docker_seccomp_profile() -> dict:
-    """The same filter as a Docker seccomp profile (libseccomp rules)."""
+def docker_seccomp_profile(allowed: frozenset[str] = frozenset()) -> dict:
+    """The same filter as a Docker seccomp profile (libseccomp rules),
+    less the denied calls named in `allowed`."""
     _audit_arch, column = _host_arch()
-    denied = [name for name, numbers in DENIED_SYSCALLS.items() if numbers[column] is not None]
+    unknown = allowed - DENIED_SYSCALLS.keys()
+    if unknown:
+        raise ValueError(f"not denied, so not to be allowed: {sorted(unknown)}")
+    denied = [name for name, numbers in DENIED_SYSCALLS.items() if numbers[column] is not None and name not in allowed]
     bits = lambda mask: [1 << b for b in range(32) if mask >> b & 1]  # noqa: E731
     return {
         "defaultAction": "SCMP_ACT_ALLOW",
@@ -259,9 +263,9 @@ def docker_seccomp_profile() -> dict:
     }
 
 
-def _docker_seccomp_file() -> str:
+def _docker_seccomp_file(allowed: frozenset[str] = frozenset()) -> str:
     """The profile written once per content (the Docker client reads a path)."""
-    text = json.dumps(docker_seccomp_profile(), indent=1)
+    text = json.dumps(docker_seccomp_profile(allowed), indent=1)
     path = Path(tempfile.gettempdir()) / f"clawloop-seccomp-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
     if not path.exists() or path.read_text() != text:
         partial = path.with_suffix(f".{uuid.uuid4().hex}.tmp")

@@ -114,7 +114,7 @@ def task_capabilities_mask() -> str:
     from clawloop_assets.harbor.docker_run import TASK_CAPABILITIES
 
     bits = {"CHOWN": 0, "DAC_OVERRIDE": 1, "FOWNER": 3, "FSETID": 4, "KILL": 5, "SETGID": 6, "SETUID": 7,
-            "NET_BIND_SERVICE": 10}  # linux/capability.h
+            "NET_BIND_SERVICE": 10, "SYS_CHROOT": 18}  # linux/capability.h
     return f"{sum(1 << bits[name] for name in TASK_CAPABILITIES):016x}"
 
 
@@ -125,6 +125,10 @@ def test_the_oracle_runs_without_network_and_with_only_the_task_capabilities(exp
     solve.write_text("#!/bin/bash\nset -e\n"
                      f"grep -q '^CapEff:[[:space:]]*{mask}$' /proc/self/status\n"
                      "grep -q '^NoNewPrivs:[[:space:]]*1$' /proc/self/status\n"
+                     # chroot and ptrace as Docker's default allows them; mount denied as in our sandbox
+                     "python3 -c \"import os; os.chroot('/')\"\n"
+                     "python3 -c 'import ctypes; assert ctypes.CDLL(None).ptrace(0, 0, 0, 0) == 0'\n"
+                     "python3 -c \"import ctypes; assert ctypes.CDLL(None).mount(b'x', b'/mnt', b'tmpfs', 0, None)\"\n"
                      "test \"$(ls /sys/class/net)\" = lo\n"
                      "if python3 -c 'import socket; socket.create_connection((\"deb.debian.org\", 80), timeout=3)'; "
                      "then exit 9; fi\n"

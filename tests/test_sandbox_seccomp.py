@@ -35,3 +35,11 @@ def test_the_program_and_the_profile_cover_the_same_calls():
     profile = docker_seccomp_profile()
     denied = set(profile["syscalls"][0]["names"])
     assert denied == {n for n, pair in DENIED_SYSCALLS.items() if pair[0 if "X86" in profile["architectures"][0] else 1]}
+
+
+def test_a_profile_may_allow_denied_calls_and_only_those():
+    profile = docker_seccomp_profile(frozenset({"chroot", "ptrace"}))
+    denied = set(profile["syscalls"][0]["names"])
+    assert "chroot" not in denied and "ptrace" not in denied and {"mount", "unshare", "bpf"} <= denied
+    with pytest.raises(ValueError, match="not denied, so not to be allowed: \\['read'\\]"):
+        docker_seccomp_profile(frozenset({"read"}))

@@ -23,7 +23,8 @@ What differs from Harbor, each for a reason:
 
 The containers are hardened as our Docker sandbox's: `--network none`,
 every capability dropped but the few a task's root needs to install and
-serve (TASK_CAPABILITIES), no-new-privileges, our seccomp profile, a memory
+serve (TASK_CAPABILITIES), no-new-privileges, our seccomp profile (less
+chroot and ptrace, which Docker's default allows: TASK_SYSCALLS), a memory
 limit without swap from task.toml `memory`, `--cpus` from its `cpus`, a
 process limit, no core files. Unlike the sandbox's, the root filesystem is
 writable and the commands run as the image's user (root with only
@@ -631,27 +632,34 @@ def toolchain_mounts(toolchain: Toolchain | None, wheels: Path, test_path: Path)
     return [f"{toolchain.root}:{TOOLCHAIN_MOUNT}:ro", f"{wheels}:{IMAGE_WHEELS}:ro"]
 
 
-# What a task's root needs to install and serve as Harbor's tasks expect
-# (apt's download user, dpkg's file owners, useradd, a server dropping to
-# its user): a part of Docker's default set, which Harbor's containers
-# have. Not the rest (raw sockets, device nodes, file capabilities,
-# chroot), and no-new-privileges holds: no setuid program gains anything.
-TASK_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "NET_BIND_SERVICE")
+# What a task's root needs to install, serve and test as Harbor's tasks
+# expect (apt's download user, dpkg's file owners, useradd, a server
+# dropping to its user, tests that run a program under chroot): a part of
+# Docker's default set, which Harbor's containers have. Not the rest (raw
+# sockets, device nodes, file capabilities), and no-new-privileges holds:
+# no setuid program gains anything. Of the calls our seccomp filter
+# denies, Docker's default profile allows chroot and ptrace (a program's
+# anti-debugging check, a debugger on the task's own program), and so do
+# these containers: neither reaches beyond the container's pid namespace,
+# and no agent process outlives its command to trace the tests.
+TASK_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "NET_BIND_SERVICE",
+                     "SYS_CHROOT")
+TASK_SYSCALLS = frozenset({"chroot", "ptrace"})
 
 
 def start_task_container(name: str, image: str, memory_bytes: int, cpus: float, cpu_shares: int | None,
                          mounts: list[str]) -> None:
     """Start a container of a task image, idle (`sleep infinity` as pid 1)
     for `docker exec`, hardened: no network, every capability dropped but
-    TASK_CAPABILITIES, no-new-privileges, our seccomp profile, task.toml's memory (no swap)
-    and cpus (at most this machine's cores: Docker refuses more, and a task
+    TASK_CAPABILITIES, no-new-privileges, our seccomp profile less
+    TASK_SYSCALLS, task.toml's memory (no swap) and cpus (at most this machine's cores: Docker refuses more, and a task
     asking more only runs slower here; `cpu_adaptation` says so), a process
     limit, no core files; `mounts` are `-v` specs. An engine that cannot
     start it raises SandboxError."""
     cpus = min(cpus, float(os.cpu_count() or 1))
     args = [_docker(), "run", "-d", "--name", name, "--network", "none", "--hostname", "harbor",
             "--cap-drop", "ALL", *[part for cap in TASK_CAPABILITIES for part in ("--cap-add", cap)],
-            "--security-opt", "no-new-privileges", "--security-opt", f"seccomp={_docker_seccomp_file()}",
+            "--security-opt", "no-new-privileges", "--security-opt", f"seccomp={_docker_seccomp_file(TASK_SYSCALLS)}",
             "--memory", str(memory_bytes), "--memory-swap", str(memory_bytes), "--cpus", f"{cpus:g}",
             "--pids-limit", str(HARBOR_MAX_PROCESSES), "--ulimit", "core=0:0",
             *(["--cpu-shares", str(cpu_shares)] if cpu_shares else []),
