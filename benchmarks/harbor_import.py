@@ -83,7 +83,8 @@ def summarize(results: list[ImportResult], root: Path, backend: str = "bubblewra
     if backend == "docker":
         lines += [f"  {len(runnable)} in our sandbox (the harness image: our agent runs them), "
                   f"{len(images)} only in their own image (the Harbor way; our agent runs them there: "
-                  f"`clawloop eval --sandbox docker`)"]
+                  f"`clawloop eval --sandbox docker`), {sum(r.registries for r in images)} of them with the "
+                  "package registries for the oracle (and our agent)"]
     lines += ["", "| tasks | first reason |", "|---:|---|"]
     groups = Counter(reason_group(r.reasons[0], root) for r in results if not r.validated)
     lines += [f"| {count} | {reason} |" for reason, count in groups.most_common()]
@@ -124,7 +125,8 @@ def main(argv: list[str] | None = None) -> None:
     started = time.monotonic()
 
     def log(r: ImportResult) -> None:
-        what = "imported" if r.runnable else f"validated in its image {r.image}" if r.image else r.reasons[0]
+        what = ("imported" if r.runnable else r.reasons[0] if not r.image else
+                f"validated in its image {r.image}" + (" with the package registries" if r.registries else ""))
         print(f"{time.monotonic() - started:6.0f}s {r.task_id}: {what}", flush=True)
         if r.image is not None and not args.keep_images:
             remove_task_image(r.image)

@@ -377,3 +377,19 @@ def test_an_oracle_that_fetches_beyond_the_registries_is_refused_naming_the_host
     assert untouched is None and solved.refused_hosts
     assert failure.startswith(f"{solve}: fetches from ") and "which this machine's registry proxy does not reach" in failure
     assert "raw.githubusercontent.com" in failure
+
+
+def test_the_benchmark_counts_the_tasks_validated_with_the_registries(tmp_path):
+    from benchmarks.harbor_import import summarize
+    from clawloop_assets.harbor.task_format import ImportResult
+
+    results = [ImportResult("a", tmp_path / "a", False, None, ("validates only in its own image",), image="i/a:1",
+                            registries=True),
+               ImportResult("b", tmp_path / "b", False, None, ("validates only in its own image",), image="i/b:1"),
+               ImportResult("c", tmp_path / "c", True, tmp_path / "dest" / "c"),
+               ImportResult("d", tmp_path / "d", False, None, (f"{tmp_path}/d/task.toml: asks for a GPU",))]
+    text = summarize(results, tmp_path, "docker")
+    assert text.startswith("3 of 4 tasks import and validate on docker (75%)\n"), text
+    assert "1 in our sandbox" in text and "2 only in their own image" in text
+    assert "1 of them with the package registries for the oracle (and our agent)" in text
+    assert "| 1 | task.toml: asks for a GPU |" in text
