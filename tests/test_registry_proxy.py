@@ -75,3 +75,14 @@ def test_a_tunnel_to_a_registry_works_until_the_proxy_closes(proxy):
 def test_the_registries_are_package_registries():
     assert REGISTRY_HOSTS == {"deb.debian.org", "security.debian.org", "archive.ubuntu.com", "security.ubuntu.com",
                               "pypi.org", "files.pythonhosted.org", "registry.npmjs.org"}
+
+
+def test_a_plain_request_goes_to_the_registry_it_names_whatever_host_header_it_carries(proxy):
+    # deb.debian.org is a CDN that routes by Host: the client's header must not choose another site.
+    conn, reply = _ask(proxy, b"HEAD http://deb.debian.org/debian/dists/bookworm/Release HTTP/1.1\r\n"
+                              b"Host: example.org\r\nUser-Agent: test\r\n\r\n")
+    conn.close()
+    assert reply.startswith(b"HTTP/1.1 200"), reply
+    conn, reply = _ask(proxy, b"GET http://pypi.org/ HTTP/1.1\r\nX: a\nHost: example.org\r\n\r\n")
+    conn.close()
+    assert reply.split(b" ")[1] == b"400", reply

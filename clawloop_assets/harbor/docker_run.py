@@ -27,9 +27,9 @@ serve (TASK_CAPABILITIES), no-new-privileges, our seccomp profile (less
 chroot and ptrace, which Docker's default allows: TASK_SYSCALLS), a memory
 limit without swap from task.toml `memory`, `--cpus` from its `cpus`, a
 process limit, no core files. Unlike the sandbox's, the root filesystem is
-writable and the commands run as the image's user (root with only
-those capabilities, unless the Dockerfile says USER): the task's WORKDIR is part of
-the image, as in Harbor, and its files belong to the image's user.
+writable and the commands run as the image's user (root with only those
+capabilities, unless the Dockerfile says USER): the task's WORKDIR is part
+of the image, as in Harbor, and its files belong to the image's user.
 """
 
 from __future__ import annotations
@@ -652,9 +652,9 @@ def start_task_container(name: str, image: str, memory_bytes: int, cpus: float, 
     """Start a container of a task image, idle (`sleep infinity` as pid 1)
     for `docker exec`, hardened: no network, every capability dropped but
     TASK_CAPABILITIES, no-new-privileges, our seccomp profile less
-    TASK_SYSCALLS, task.toml's memory (no swap) and cpus (at most this machine's cores: Docker refuses more, and a task
-    asking more only runs slower here; `cpu_adaptation` says so), a process
-    limit, no core files; `mounts` are `-v` specs. An engine that cannot
+    TASK_SYSCALLS, task.toml's memory (no swap) and cpus (at most this
+    machine's cores: Docker refuses more, and a task asking more only runs
+    slower here; `cpu_adaptation` says so), a process limit, no core files; `mounts` are `-v` specs. An engine that cannot
     start it raises SandboxError."""
     cpus = min(cpus, float(os.cpu_count() or 1))
     args = [_docker(), "run", "-d", "--name", name, "--network", "none", "--hostname", "harbor",
@@ -798,13 +798,14 @@ def _with_registries(name: str, proxy: RegistryProxy, argv: list[str], timeout_s
     """`argv` run in the container with the registry proxy's relay up and
     curl, pip, uv, npm and apt pointed at it."""
     code, said = _exec(name, proxy.relay_argv, CONTAINER_SECONDS)
-    if code != 0:
+    pid = said.strip()
+    if code != 0 or not pid.isdigit():
         raise SandboxError(f"the registry relay did not start in the container: {said.strip()[-300:]}")
     point_apt_at_registries(name, True)
     try:
         return _exec(name, argv, timeout_s, PROXY_ENV)
     finally:
-        _exec(name, ["sh", "-c", f"kill {int(said.split()[0])} 2>/dev/null; true"], CONTAINER_SECONDS, user="0")
+        _exec(name, ["sh", "-c", f"kill {pid} 2>/dev/null; true"], CONTAINER_SECONDS, user="0")
         point_apt_at_registries(name, False)
 
 

@@ -8,8 +8,12 @@ image (`harbor-import --sandbox docker`, listed `image_only`) is evaluated.
 The container is hardened as `docker_run.start_task_container` makes it:
 no network, every capability dropped but the few a task's root needs to
 install and serve (TASK_CAPABILITIES), no-new-privileges, our seccomp
-profile less chroot and ptrace (TASK_SYSCALLS), task.toml's memory (no swap) and cpus, a process limit. Beyond
-Harbor, for an agent that is an adversary:
+profile less chroot and ptrace (TASK_SYSCALLS), task.toml's memory (no
+swap) and cpus, a process limit. A task whose oracle needed the package
+registries (`registries` in its manifest row) gives the agent them too,
+through the same proxy (registry_proxy), as Harbor's agent has the
+network; the proxy closes before the tests. Beyond Harbor, for an agent
+that is an adversary:
 
 - Processes do not outlive their command (as in our Docker sandbox's
   episodes): after each command every process in the container but its

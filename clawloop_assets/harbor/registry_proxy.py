@@ -54,6 +54,7 @@ APT_PROXY_TEXT = (f'Acquire::http::Proxy "{_PROXY_URL}";\nAcquire::https::Proxy 
 HEAD_LIMIT = 64 * 1024
 HEAD_SECONDS = 30.0
 IDLE_SECONDS = 300.0
+REFUSED_KEPT = 20  # hosts named in a reason; a client asking for thousands does not grow the proxy
 FORWARD_SOURCE = Path(__file__).with_name("registry_forward.c")
 
 
@@ -143,8 +144,8 @@ class _Handler(socketserver.BaseRequestHandler):
         head, _, rest = head.partition(b"\r\n\r\n")
         lines = head.decode("latin-1").split("\r\n")
         parts = lines[0].split(" ")
-        if len(parts) != 3:
-            return self._refuse(conn, 400, "malformed request line")
+        if len(parts) != 3 or any("\r" in line or "\n" in line for line in lines):
+            return self._refuse(conn, 400, "malformed request head")
         method, target, _version = parts
         if method == "CONNECT":
             host, _, port = target.rpartition(":")
@@ -175,8 +176,11 @@ class _Handler(socketserver.BaseRequestHandler):
                 if rest:
                     upstream.sendall(rest)
             else:
-                headers = [line for line in lines[1:] if not line.lower().startswith(("proxy-", "connection:"))]
-                request = "\r\n".join([f"{method} /{path} HTTP/1.1", *headers, "Connection: close", "", ""])
+                # The registry's own Host: a CDN routes by it, so the client's could name another site.
+                headers = [line for line in lines[1:]
+                           if not line.lower().startswith(("proxy-", "connection:", "host:"))]
+                request = "\r\n".join([f"{method} /{path} HTTP/1.1", f"Host: {host}", *headers, "Connection: close",
+                                        "", ""])
                 upstream.sendall(request.encode("latin-1"))
                 _response_only(conn, upstream)
                 return
@@ -185,7 +189,8 @@ class _Handler(socketserver.BaseRequestHandler):
     def _refuse(self, conn: socket.socket, status: int, why: str, host: str | None = None) -> None:
         if host:
             with self.server.lock:
-                self.server.refused.add(host.lower().rstrip(".")[:200])
+                if len(self.server.refused) < REFUSED_KEPT:
+                    self.server.refused.add(host.lower().rstrip(".")[:200])
         body = f"ClawLoop's registry proxy refused: {why}\n".encode()
         reason = {400: "Bad Request", 403: "Forbidden", 405: "Method Not Allowed", 502: "Bad Gateway"}[status]
         try:
