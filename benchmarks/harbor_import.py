@@ -53,6 +53,8 @@ def reason_group(reason: str, root: Path) -> str:
     text = re.sub(r"`[^`]*`", "`…`", text)
     text = re.sub(r"(?<=[\s(])'[^']*'", "'…'", text)
     text = re.sub(r"\(last output: .*", "", text)
+    text = re.sub(r"(PyPI has no wheel of) .*", r"\1 a requirement (pip download's ERROR)", text, flags=re.S)
+    text = re.sub(r"(needs the network, which our sandbox does not have); .*", r"\1", text, flags=re.S)
     text = re.sub(r"\d+(\.\d+)? s\b", "N s", text)
     return text.strip()[:150]
 

@@ -170,6 +170,14 @@ def test_the_benchmark_groups_reasons_from_task_images_apart(tmp_path):
     beyond = (f"in its own image: {root}/b/solution/solve.sh: fetches from github.com, which this machine's registry "
               f"proxy does not reach (only deb.debian.org, ...); the oracle exited with 1; {root}/b/tests/test.sh: ...")
     assert reason_group(beyond, root) == "image: solution/solve.sh: fetches from a host beyond the package registries"
+    for task, python in (("mailman", "3.12"), ("regex-chess", "3.11")):  # one group, whatever the package and Python
+        no_wheel = (f"in its own image: {root}/{task}/tests/test.sh:26: PyPI has no wheel of x==1 (with its "
+                    f"dependencies) for Python {python} on Linux x86-64: ERROR: Could not find a version")
+        assert reason_group(no_wheel, root) == ("image: tests/test.sh: PyPI has no wheel of a requirement (pip "
+                                                "download's ERROR)")
+    both = (f"in its own image: {root}/s/tests/test.sh:20: `curl -L x` needs the network, which our sandbox does not "
+            f"have; {root}/s/tests/test.sh:29: uv requirement 'git+https://x' is not a package name")
+    assert reason_group(both, root) == "image: tests/test.sh: `…` needs the network, which our sandbox does not have"
     # A build failure is named by the step that failed, not taken for a RUN.
     image = f"in its own image: {root}/c/environment/Dockerfile: the image build failed: "
     missing = image + "Step 3/8 : COPY weights.pt /app/; COPY failed: file not found in build context or excluded"
