@@ -20,7 +20,11 @@ registries gets them through this proxy instead:
   registries after it (the tests run offline, as before).
 
 The registries are what the host itself reaches (the image builds fetch
-from them too); a host not in the list is not reachable here anyway.
+from them too); a host not in the list is not reachable here anyway. The
+proxy does not see inside a CONNECT tunnel: a client could name another
+site in its TLS handshake to the registry's CDN (domain fronting, which
+the large CDNs refuse). Such a site would still have to be one this
+machine reaches.
 """
 
 from __future__ import annotations
