@@ -132,6 +132,14 @@ def other_task(task, suffix="b"):
     return dataclasses.replace(task, task_id=f"{task.task_id}-{suffix}")
 
 
+def test_two_tasks_of_one_id_are_refused_before_any_rollout(level0_task, tmp_path):
+    # They would share a workspace directory: one's commands would score the other.
+    with pytest.raises(ValueError, match=f"repeated: {level0_task.task_id}"):
+        run_rollouts(ScriptedSession([]), BubblewrapSandbox(), [level0_task, level0_task], 1, AgentSettings(),
+                     tmp_path, seed=0)
+    assert not any(tmp_path.iterdir())
+
+
 def test_commands_and_verifiers_run_while_the_policy_samples(level0_task, tmp_path):
     # Task A's two rollouts (one solves) end on turn 1 of 1: their commands
     # and their verifiers must all be done while the policy still holds back

@@ -19,6 +19,7 @@ import stat
 import threading
 import time
 import zlib
+from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
@@ -179,7 +180,12 @@ def run_rollouts(
     turn by turn, with sample indices from `first_index`. Each rollout's
     randomness depends on its task, its index and the seed, never on which
     other tasks share the call: a later wave of indices 6-7 gives the rollouts
-    a single run of 8 would have."""
+    a single run of 8 would have. Task ids must differ: a rollout's
+    workspace is named by its task id and sample index, so two tasks of one
+    id would act and be verified in the same directory."""
+    repeated = sorted(task_id for task_id, count in Counter(task.task_id for task in tasks).items() if count > 1)
+    if repeated:
+        raise ValueError(f"run_rollouts: task ids must be unique in one call; repeated: {', '.join(repeated)}")
     quota = min(settings.workspace_bytes, settings.workspace_budget_bytes // max(1, len(tasks) * samples_per_task))
     rollouts = [
         Rollout(task=task, sample_index=index, workspace=workdir / task.task_id / f"sample-{index}", quota_bytes=quota)
