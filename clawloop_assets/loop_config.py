@@ -142,8 +142,8 @@ class LoopConfig(dg.ConfigurableResource):
         default=[], description="Capabilities of the evaluation set's own tasks (empty: all of both routes).")
     evaluation_levels: list[int] = Field(
         default=[-2, -1, 0, 1], description="Difficulty levels of the evaluation set's own tasks (non-empty, "
-                                            "within the plan's levels), each reported apart: the warm-up levels "
-                                            "to level 1 show where the policy stands on the ladder.")
+                                            "within the plan's levels), each reported apart: levels -2 and -1 below "
+                                            "the families' own to level 1 show where the policy stands on the ladder.")
     evaluation_seeds_per_cell: int = Field(
         default=2, description="Seeds per capability x level of the evaluation set (within the seeds per level): "
                                "2 gives each level 26 tasks: a 95% interval of [0.16, 0.49] at pass@1 0.3, [0, 0.13] at 0.")

@@ -8,8 +8,8 @@ from typing import Annotated, Optional
 import pandera.polars as pa
 import polars as pl
 
-# The difficulty levels a task may have: two warm-up levels below the
-# families' level 0, up to their hardest (the planner's ladder, plan.LEVELS).
+# The difficulty levels a task may have: two rungs below the families'
+# level 0 (generator_common's scale), up to their hardest (the planner's ladder, plan.LEVELS).
 MIN_LEVEL = -2
 MAX_LEVEL = 5
 

@@ -65,14 +65,16 @@ def test_a_warm_up_task_asks_for_its_operation_and_a_level_0_task_for_its_capabi
 
     copying = bundle("copy", {"operation": "copy_file", "file": "ledger.csv"})
     assert task_skill("ledger_reconciliation", -2, copying) == "copy_file"
-    assert task_skill("ledger_reconciliation", -1, bundle("delete", {"operation": "delete_file"})) == "delete_file"
-    # Level -2 has no delete_file, and level 0 and up ask for the capability whatever meta.json says.
-    assert task_skill("ledger_reconciliation", -2, str(tmp_path / "delete")) == "ledger_reconciliation"
+    # No level has delete_file, and level -1 (level 0's task, its command shown) and up ask for the
+    # capability whatever meta.json says.
+    assert task_skill("ledger_reconciliation", -2, bundle("delete", {"operation": "delete_file"})) \
+        == "ledger_reconciliation"
+    assert task_skill("ledger_reconciliation", -1, copying) == "ledger_reconciliation"
     assert task_skill("ledger_reconciliation", 0, copying) == "ledger_reconciliation"
     # A generator's meta.json is untrusted: no operation, an unknown one, a non-object, a bundle since removed.
     for meta in ({}, {"operation": "rm -rf / | x"}, "[1, 2]", "not json"):
-        assert task_skill("log_analysis", -1, bundle(f"m{len(list(tmp_path.iterdir()))}", meta)) == "log_analysis"
-    assert task_skill("log_analysis", -1, str(tmp_path / "gone")) == "log_analysis"
+        assert task_skill("log_analysis", -2, bundle(f"m{len(list(tmp_path.iterdir()))}", meta)) == "log_analysis"
+    assert task_skill("log_analysis", -2, str(tmp_path / "gone")) == "log_analysis"
     assert task_skill("log_analysis", -1, None) == "log_analysis"
 
 

@@ -277,7 +277,7 @@ def test_a_graded_set_records_each_tasks_level_and_its_warm_up_tasks_their_opera
     """Built on the real sandbox and generators: the manifest's level of each
     task (what splits the round's figure) is the bundle's, and a warm-up
     task's meta.json names the operation it asks for (what the diagnosis
-    groups by)."""
+    groups by); a level -1 task asks for its capability."""
     from clawloop_assets.diagnosis.failures import OPERATION_PHRASE, task_skill
 
     spec = EvaluationSetSpec(capabilities=("grouped_statistics", "config_edits"), levels=(-2, -1, 0, 1))
@@ -288,7 +288,8 @@ def test_a_graded_set_records_each_tasks_level_and_its_warm_up_tasks_their_opera
     assert sorted(levels.values()) == [-2, -2, -1, -1, 0, 0, 1, 1]
     for task in tasks:
         skill = task_skill(task.capability, task.bundle.difficulty, task.bundle.root)
-        assert (skill in OPERATION_PHRASE) == (task.bundle.difficulty < 0), (task.task_id, skill)
+        assert (skill in OPERATION_PHRASE) == (task.bundle.difficulty == -2), (task.task_id, skill)
+        assert (skill == task.capability) == (task.bundle.difficulty >= -1), (task.task_id, skill)
 
 
 def test_errors_never_raise_pass_at_1():

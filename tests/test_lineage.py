@@ -321,8 +321,8 @@ def test_a_warm_up_skill_pattern_spans_families_and_its_lineage_reaches_each(cla
     from resources.embedded_policy import EmbeddedPolicyModel
 
     R3 = "round-0003"
-    generators = {f"{STATS}.sales.L-1": (STATS, "sales", -1), f"{FILES}.library.L-2": (FILES, "library", -2),
-                  f"{STATS}.library.L0": (STATS, "library", 0), f"{FILES}.sales.L-1": (FILES, "sales", -1)}
+    generators = {f"{STATS}.sales.L-2": (STATS, "sales", -2), f"{FILES}.library.L-2": (FILES, "library", -2),
+                  f"{STATS}.library.L0": (STATS, "library", 0), f"{FILES}.sales.L-2": (FILES, "sales", -2)}
     operations = ["copy_file", "copy_file", "copy_file", "rm -rf /"]
     tasks, rollouts = [], []
     for i, ((generator, (capability, domain, level)), operation) in enumerate(zip(generators.items(), operations)):

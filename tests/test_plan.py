@@ -278,10 +278,10 @@ def test_a_warmup_operation_clearly_below_the_band_is_held_back_not_dropped():
     # Never favoured: one far above the band does not take the others' share.
     mix, _ = warmup_operation_mix(MIN_LEVEL, dict(ROUND_ONE_WARMUP, count_characters=cell(190, 200)), PAPER)
     assert mix["count_characters"] == mix["append_word"] == pytest.approx(0.45)
-    # Level -1 has four operations: the held one keeps its floor, three share the rest.
-    mix, _ = warmup_operation_mix(-1, {"count_characters": cell(1, 56), "delete_file": cell(34, 52)},
+    # The held one keeps its floor, the others share the rest.
+    mix, _ = warmup_operation_mix(MIN_LEVEL, {"count_characters": cell(1, 56), "copy_file": cell(34, 52)},
                                   replace(PAPER, min_operation_share=0.04))
-    assert mix == pytest.approx({"count_characters": 0.04, "append_word": 0.32, "delete_file": 0.32, "copy_file": 0.32})
+    assert mix == pytest.approx({"count_characters": 0.04, "append_word": 0.48, "copy_file": 0.48})
     with pytest.raises(ValueError, match="min_operation_share"):
         replace(PAPER, min_operation_share=0.0)
 
@@ -332,10 +332,9 @@ def test_warmup_operation_evidence_reads_each_tasks_operation_from_its_bundle(cl
         warehouse.replace("admissions", table_frame("admissions", admissions), {"round": key})
 
     evidence = warmup_operation_evidence(warehouse, "round-0003", recency=0.5)
-    assert set(evidence) == {(-2, "copy_file"), (-1, "append_word")}
+    assert set(evidence) == {(-2, "copy_file")}  # level -1 is no warm-up level: level 0's task, shown
     copying = evidence[(-2, "copy_file")]  # round 2's task at 1, round 1's two at 0.5
     assert (copying.passes, copying.rollouts, copying.admitted, copying.candidates) == (4 + 0.5, 8 + 8, 1 + 0.5, 1 + 1)
-    assert evidence[(-1, "append_word")].pass_rate == 6 / 8
 
 
 # Round 2 of three runs (seeds 0, 1, 2; all at 0.95): validation passes of

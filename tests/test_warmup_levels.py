@@ -1,9 +1,9 @@
-"""The warm-up levels below every family's level 0: one basic shell command
-on a file of the family's own workspace. Every capability, both routes,
-builds them in the real sandbox into bundles that pass agent-free
-validation; every operation of a level is drawn for some seed; the command
-the instruction asks for (and shows, at the lowest level) passes the real
-verifier and a near miss fails it."""
+"""The levels below every family's level 0: at -2 one basic shell command
+on a file of the family's own workspace, shown; at -1 the family's level-0
+task with its command shown. Every capability, both routes, builds them in
+the real sandbox into bundles that pass agent-free validation; every
+operation of a warm-up level is drawn for some seed; the command the
+instruction shows passes the real verifier and a near miss fails it."""
 
 from __future__ import annotations
 
@@ -23,7 +23,12 @@ from clawloop_assets.synthesis.candidates import (
     write_generator,
 )
 from clawloop_assets.synthesis.executable_domains import load_domains
-from clawloop_assets.synthesis.generators.generator_common import WARMUP_LEVELS, WARMUP_OPERATIONS
+from clawloop_assets.synthesis.generators.generator_common import (
+    SHOWN_COMMAND_LEVEL,
+    WARMUP_LEVELS,
+    WARMUP_OPERATIONS,
+    shown_command_task,
+)
 from clawloop_assets.synthesis.plan import LEVELS, MIN_LEVEL
 from clawloop_assets.task_bundle import TaskBundle, load_task_bundle
 from clawloop_assets.validation.agent_free import validate_without_agent
@@ -56,23 +61,41 @@ def operation_of(bundle: TaskBundle) -> str:
 
 
 def test_the_warmup_levels_are_the_bottom_of_the_one_scale():
-    assert LEVELS[: len(WARMUP_LEVELS)] == WARMUP_LEVELS and MIN_LEVEL == WARMUP_LEVELS[0]
+    assert LEVELS[: len(WARMUP_LEVELS) + 1] == WARMUP_LEVELS + (SHOWN_COMMAND_LEVEL,) == (MIN_LEVEL, -1)
     assert set(WARMUP_OPERATIONS) == set(WARMUP_LEVELS)
     assert set(MAX_TURNS) == set(LEVELS)
 
 
+def shown_command(bundle: TaskBundle) -> str:
+    """The command the instruction shows: everything after its last "Run: "."""
+    return bundle.instruction.strip().rsplit("Run: ", 1)[1]
+
+
 @pytest.mark.parametrize("capability", CAPABILITIES, ids=[c.id for c in CAPABILITIES])
-def test_every_capability_builds_valid_warmup_tasks(sandbox, tmp_path, capability):
-    for level in WARMUP_LEVELS:
+def test_every_capability_builds_valid_tasks_below_level_0(sandbox, tmp_path, capability):
+    for level in WARMUP_LEVELS + (SHOWN_COMMAND_LEVEL,):
         for seed in range(3):
             bundle = build(sandbox, tmp_path / f"L{level}-s{seed}", capability, level, seed)
             assert bundle.difficulty == level and bundle.capability == capability.id
-            assert operation_of(bundle) in WARMUP_OPERATIONS[level]
-            # One short command, and one sentence that names its file.
-            command = bundle.solution_path.read_text().strip().splitlines()[-1]
-            assert len(command) < 120 and "\n" not in bundle.instruction.strip(), bundle.instruction
+            solution = [line for line in bundle.solution_path.read_text().splitlines()[2:] if line.strip()]
+            # A short command, shown as the solution runs it.
+            assert shown_command(bundle) == "; ".join(solution) and len(shown_command(bundle)) < 160
+            if level in WARMUP_LEVELS:
+                assert operation_of(bundle) in WARMUP_OPERATIONS[level]
+                assert "\n" not in bundle.instruction.strip(), bundle.instruction  # one sentence
             result = validate_without_agent(sandbox, bundle, tmp_path / f"scratch-L{level}-s{seed}")
             assert result.passed, (level, seed, result.reason)
+
+
+def test_level_minus_1_refuses_a_solution_that_is_no_short_command():
+    task = {"instruction": "Do it.\n", "solution": "#!/bin/bash\nset -euo pipefail\npython3 - <<'PY'\nprint(1)\nPY\n"}
+    with pytest.raises(ValueError, match="no short command"):
+        shown_command_task(task)
+    one = shown_command_task(dict(task, solution="#!/bin/bash\nset -euo pipefail\nsort -u a.txt > b.txt\n"))
+    assert one["instruction"] == "Do it. Run: sort -u a.txt > b.txt\n"
+    two = shown_command_task({"instruction": "Given x.\n\nDo it.\n",
+                              "solution": "#!/bin/bash\nset -euo pipefail\ncmd one\ncmd two\n"})
+    assert two["instruction"] == "Given x.\n\nDo it.\n\nRun: cmd one; cmd two\n"
 
 
 def seed_for(sandbox, root: Path, capability, level: int, operation: str) -> int:
@@ -86,7 +109,6 @@ def seed_for(sandbox, root: Path, capability, level: int, operation: str) -> int
 # A command the instruction's wording invites but that misses, per operation.
 NEAR_MISSES = {
     "append_word": "echo something >> {file}",
-    "delete_file": "rm -f ./*",
     "copy_file": "mv {file} {target}",
     "count_characters": "wc -l < {file} > chars.txt",
 }
@@ -106,7 +128,7 @@ def test_the_asked_command_passes_and_a_near_miss_fails(sandbox, tmp_path, level
         seed = seed_for(sandbox, tmp_path, capability, level, operation)
         bundle = build(sandbox, tmp_path / f"s{seed}", capability, level, seed)
         asked = bundle.solution_path.read_text().strip().splitlines()[-1]
-        assert bundle.instruction.strip().endswith(f"Run: {asked}") == (level == WARMUP_LEVELS[0])
+        assert shown_command(bundle) == asked
         passed = run_command(sandbox, bundle, asked, tmp_path / f"asked-{seed}")
         assert (passed.status, passed.reward) == ("scored", 1.0), passed
         file = json.loads((bundle.root / "meta.json").read_text())["file"]
@@ -118,7 +140,7 @@ def test_the_asked_command_passes_and_a_near_miss_fails(sandbox, tmp_path, level
 
 def test_a_workspace_of_databases_only_gets_a_table_export(sandbox, tmp_path):
     capability = next(c for c in CAPABILITIES if c.id == "sqlite_change_set")
-    bundle = build(sandbox, tmp_path, capability, -1, 0)
+    bundle = build(sandbox, tmp_path, capability, MIN_LEVEL, 0)
     files = sorted(p.name for p in bundle.environment_dir.iterdir())
     exports = [name for name in files if name.endswith(".csv")]
     assert "data.db" in files and len(exports) == 1

@@ -56,7 +56,6 @@ OPERATION_PHRASE = {
     "append_word": "appending a word to a file",
     "count_characters": "counting a file's characters",
     "copy_file": "copying a file",
-    "delete_file": "deleting a file",
 }
 
 

@@ -53,7 +53,7 @@ GENERATOR_LIMITS = SandboxLimits(wall_seconds=20.0, cpu_seconds=10, memory_bytes
 # Disk quota of what one generator run may write (a bundle is kilobytes to a few megabytes).
 GENERATOR_OUTPUT_BYTES = 64 << 20
 # Turn caps grow with the level; the embedded model works in one turn at the
-# warm-up levels and level 0.
+# levels below 0 and at level 0.
 MAX_TURNS = {-2: 4, -1: 4, 0: 4, 1: 8, 2: 16, 3: 24, 4: 32, 5: 40}
 # A command's wall limit grows with the level, as the workspace does. Up to
 # level 0 a workspace holds kilobytes: a command that finishes at all does so

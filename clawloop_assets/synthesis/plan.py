@@ -47,9 +47,10 @@ from clawloop_assets.synthesis.generators.generator_common import WARMUP_OPERATI
 from resources.schemas import MAX_LEVEL, MIN_LEVEL
 
 # Every generator family implements levels MIN_LEVEL to MAX_LEVEL (the scale
-# in generators/generator_common.py): its own levels 0 to 5, below them the
-# two warm-up levels every family shares (one basic shell command on the
-# family's own files), so that a weak policy has tasks it sometimes solves.
+# in generators/generator_common.py): its own levels 0 to 5, below them its
+# level-0 task with the command shown (-1) and the warm-up level every family
+# shares (-2: one basic shell command on the family's own files, shown), so
+# that a weak policy has tasks it sometimes solves.
 LEVELS = tuple(range(MIN_LEVEL, MAX_LEVEL + 1))
 
 
@@ -82,7 +83,7 @@ KNOB_FOR_ROOT_CAUSE = {
     "edit_error": "list_tools",
 }
 KNOBS = tuple(sorted(set(KNOB_FOR_ROOT_CAUSE.values())))
-# Knobs are turned from this level up; the warm-up levels below take none.
+# Knobs are turned from this level up; the levels below take none.
 FIRST_KNOB_LEVEL = 0
 
 

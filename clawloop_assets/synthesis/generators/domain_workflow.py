@@ -473,7 +473,8 @@ def bundle(params, meta, domain, grounding, graph, instruction, database, after,
     return task
 
 
-# Levels 0-5 are task graphs; the warm-up levels below them are one shell
-# command on a text file of the level-0 workspace (generator_common).
+# Levels 0-5 are task graphs; below them level -1 is level 0's task with its
+# commands shown and level -2 one shell command on a text file of the level-0
+# workspace (generator_common).
 LEVELS = numbered_levels(graph_task, range(len(GRAPH_LEVELS)))
 build = family(__name__, LEVELS)

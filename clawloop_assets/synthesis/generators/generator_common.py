@@ -20,8 +20,8 @@ from decimal import Decimal
 #  -2  warm-up: one basic shell command on a file of the family's own level-0
 #      workspace (append a word, count characters, copy), the command shown;
 #      shared by every family (one_step_task below)
-#  -1  warm-up: the same kind of command (or deleting the file), asked for in
-#      words only
+#  -1  the family's level-0 task with its one command shown (shown_command_task
+#      below): the family's own files and tools, the command to copy
 #   0  one step on one small file: a single command solves it
 #   1  a few steps on one or two files
 #   2  stated rules with hidden decisions (rounding order, ties at thresholds,
@@ -106,27 +106,33 @@ def build_level(levels, seed, params):
     if level in WARMUP_LEVELS:
         workspace = levels[0](rng, seed, dict(params, knobs=[]))["environment"]
         return one_step_task(rng, params, workspace)
+    if level == SHOWN_COMMAND_LEVEL:
+        return shown_command_task(levels[0](rng, seed, dict(params, knobs=[])))
     for number, build in enumerate(levels):
         if level == number:
             return build(rng, seed, params)
-    names = [str(number) for number in WARMUP_LEVELS + tuple(range(len(levels)))]
+    names = [str(number) for number in WARMUP_LEVELS + (SHOWN_COMMAND_LEVEL,) + tuple(range(len(levels)))]
     raise ValueError("difficulty must be %s or %s, got %r" % (", ".join(names[:-1]), names[-1], level))
 
 
-# ---- the warm-up levels: one basic shell command on the family's own files
+# ---- the levels below a family's level 0
 #
-# Why: the embedded 135M model passes none of the families' level-0 tasks
-# (0 of 192 rollouts), and the admission band needs tasks the current policy
-# solves now and then; training on them is what lifts it toward level 0.
-# Level -2 shows the command to run (the model still has to copy it right:
-# base pass rates 14-50% by operation); level -1 asks for the same kind of
-# operation in words only (3-41%). Operations the base model never solved in
-# either form (sorting lines: 2 passes in 104) are left out, and so are those
-# it solves almost always (writing a word to a new file: 69%).
-WARMUP_LEVELS = (-2, -1)
-# The operations of each level.
-WARMUP_OPERATIONS = {-2: ("append_word", "count_characters", "copy_file"),
-                     -1: ("append_word", "delete_file", "count_characters", "copy_file")}
+# Why: the embedded 135M model passes none of the families' level-0 tasks,
+# and the admission band needs tasks the current policy solves now and
+# then; training on them is what lifts it toward level 0. Level -2 is one
+# basic shell command on a file of the family's workspace, shown (the model
+# still has to copy it right: base pass rates 14-50% by operation).
+# Operations the base model never solved (sorting lines: 2 passes in 104)
+# are left out, and so are those it solves almost always (writing a word to
+# a new file: 69%). Level -1 is the family's own level-0 task with its
+# command shown: in words that task stays out of reach after six rounds of
+# warm-up training (0 of 208 rollouts), shown it is in the band and rises
+# with that training (12% -> 32%), so it is the rung between copying a
+# command and knowing it (docs/experiments/2026-12-03-three-seeds-and-the-level-0-cliff.md).
+WARMUP_LEVELS = (-2,)
+SHOWN_COMMAND_LEVEL = -1
+# The operations of each warm-up level.
+WARMUP_OPERATIONS = {-2: ("append_word", "count_characters", "copy_file")}
 # Everyday words for append_word: a rare word (a domain term) turns the task
 # into spelling it, which is not the skill this level is for.
 COMMON_WORDS = ("done", "checked", "ready", "closed", "reviewed", "saved")
@@ -184,13 +190,6 @@ def _append_word(rng, name, text, others):
             checks, "echo %s >> %s" % (word, name), "text", [word])
 
 
-def _delete_file(rng, name, text, others):
-    checks = [{"type": "tree", "name": "%s deleted" % name, "files": others, "absent": [name]}]
-    return ("Delete the file %s." % name,
-            {"path": ".", "format": "tree", "schema": "the workspace without %s" % name},
-            ["%s is gone; every other file stays as it is." % name], checks, "rm %s" % name, "tree", [])
-
-
 def _count_characters(rng, name, text, others):
     checks = [{"type": "number", "name": "characters in %s" % name, "path": "chars.txt",
                "expected": len(text.encode("utf-8")), "tolerance": 0}]
@@ -209,7 +208,7 @@ def _copy_file(rng, name, text, others):
             ["%s stays where it is." % name], checks, "cp %s %s" % (name, target), "tree", [])
 
 
-OPERATIONS = {"append_word": _append_word, "delete_file": _delete_file, "count_characters": _count_characters,
+OPERATIONS = {"append_word": _append_word, "count_characters": _count_characters,
               "copy_file": _copy_file}
 
 
@@ -243,12 +242,27 @@ def one_step_task(rng, params, workspace):
     others["CONTRACT.md"] = CONTRACT_UNCHANGED  # "every other file stays": the contract too
     instruction, deliverable, rules, checks, command, fmt, labels = OPERATIONS[operation](
         rng, name, workspace[name], others)
-    if level == WARMUP_LEVELS[0]:
-        instruction += " Run: %s" % command
+    instruction += " Run: %s" % command
     contract = {"deliverable": deliverable, "rules": rules, "parameters": {}, "labels": labels}
     task = assemble(params, instruction, workspace, contract, checks, {"operation": operation}, command, fmt)
     task["meta"]["operation"], task["meta"]["file"] = operation, name
     return task
+
+
+def shown_command_task(task):
+    """Level -1: `task` (the family's level 0) with its solution's command
+    appended to the instruction as level -2 shows one (" Run: ..."; on a
+    paragraph of its own after an instruction of several lines). A level-0
+    solution is one or two short shell lines; anything longer is no command
+    to copy and raises."""
+    lines = [line for line in task["solution"].splitlines()[2:] if line.strip()]
+    if not lines or len(lines) > 2 or any("<<" in line or "#" in line for line in lines):
+        raise ValueError("level -1 shows level 0's command, and this level-0 solution is no short command: %r"
+                         % task["solution"])
+    command = "; ".join(line.strip() for line in lines)
+    instruction = task["instruction"].strip()
+    separator = "\n\n" if "\n" in instruction else " "
+    return dict(task, instruction=instruction + separator + "Run: " + command + "\n")
 
 
 # ---- oracle solutions: real scripts under oracles/<family>/, beside this module
