@@ -79,6 +79,13 @@ def test_levels_move_only_on_clear_evidence_and_by_one():
     assert decide_level(3, {3: cell(0, 64, 0, 8)}, PAPER).levels == {2: 1.0}
     assert decide_level(MIN_LEVEL, {MIN_LEVEL: cell(0, 64, 0, 8)}, PAPER).levels == {MIN_LEVEL: 1.0}  # the bottom
     assert decide_level(0, {0: cell(0, 64, 0, 8)}, PAPER).levels == {-1: 1.0}  # level 0 has warm-ups below it
+    # A level above measured clearly below the band is a cliff: not climbed (round 3 of a run climbed
+    # schedule_checking onto a rung where its 16 rollouts had passed none); with too little evidence there
+    # (it fades with recency) the climb is tried again, hedged.
+    cliff = decide_level(-2, {-2: cell(30, 40, 3, 5), -1: cell(0, 16, 0, 2)}, PAPER)
+    assert cliff.levels == {-2: 1.0} and "level -1 measured clearly below" in cliff.reason
+    assert decide_level(-2, {-2: cell(30, 40, 3, 5), -1: cell(0, 8, 0, 1)}, PAPER).levels == {-2: 0.5, -1: 0.5}
+    assert decide_level(-2, {-2: cell(30, 40, 3, 5), -1: cell(5, 16, 2, 2)}, PAPER).levels == {-1: 1.0}
     # A neighbour whose admission rate is clearly better wins outright.
     better = decide_level(2, {2: cell(1, 64, 0, 8), 1: cell(20, 64, 7, 8)}, PAPER)
     assert better.levels == {1: 1.0}

@@ -15,7 +15,8 @@ budget taught nothing. The controller here:
   gain less the next temperature's cost; or a neighbouring level whose
   admission rate is clearly better), and hedges a move up to an untried
   level: half the capability's candidates stay where they were, so a level
-  that turns out too hard cannot sink the round;
+  that turns out too hard cannot sink the round; and never climbs to a
+  level whose own evidence is clearly below the band (until it fades);
 - splits the candidates to reach a target admission rate with the most even
   pool that reaches it, and never gives a capability less than `min_share` of
   them, so it cannot buy its admission rate by collapsing the pool;
@@ -283,10 +284,12 @@ def decide_level(current: int, evidence: Mapping[int, CellEvidence], controller:
     inner_low, inner_high = _inner_band(controller)
     if current < MAX_LEVEL and lo > inner_high:
         return _move(current, current + 1, evidence, here,
-                     f"{described} is clearly above {'the band' if lo > high else f'{inner_high:.0%}, the inner band'}")
+                     f"{described} is clearly above {'the band' if lo > high else f'{inner_high:.0%}, the inner band'}",
+                     controller, drift)
     if current > MIN_LEVEL and hi < inner_low:
         return _move(current, current - 1, evidence, here,
-                     f"{described} is clearly below {'the band' if hi < low else f'{inner_low:.0%}, the inner band'}")
+                     f"{described} is clearly below {'the band' if hi < low else f'{inner_low:.0%}, the inner band'}",
+                     controller, drift)
     return LevelDecision({current: 1.0}, here.admission_rate, f"level {current} kept: {described}")
 
 
@@ -391,8 +394,21 @@ def choose_temperature(previous: float, validation: CellEvidence, heldout_before
         f"levels see the pass rate {shift:+.2f} logits from last round's", shift)
 
 
-def _move(current: int, target: int, evidence: Mapping[int, CellEvidence], here: CellEvidence, why: str) -> LevelDecision:
-    if target < current or (target in evidence and evidence[target].candidates >= 2):
+def _move(current: int, target: int, evidence: Mapping[int, CellEvidence], here: CellEvidence, why: str,
+          controller: Controller, drift: float) -> LevelDecision:
+    there = evidence.get(target)
+    if target > current and there is not None and there.rollouts >= controller.min_rollouts:
+        # A level above that its own evidence puts clearly below the band
+        # (shifted as this level's is) is a cliff, not the next step: moving
+        # there would sink the capability's whole share. Its evidence fades
+        # with recency, and the climb is tried again, hedged, once it has.
+        inner_low, _ = _inner_band(controller)
+        above = _shifted_interval(there, controller, drift)[1]
+        if above < inner_low:
+            return LevelDecision({current: 1.0}, here.admission_rate,
+                                 f"level {current} kept: {why}, but level {target} measured clearly below "
+                                 f"{inner_low:.0%} (pass rate {there.pass_rate:.0%}, 95% CI up to {above:.0%})")
+    if target < current or (there is not None and there.candidates >= 2):
         return LevelDecision({target: 1.0}, evidence.get(target, CellEvidence()).admission_rate,
                              f"level {current} -> {target}: {why}")
     # Up to an untried level, the overshoot the paper suffered: half the
