@@ -84,6 +84,9 @@ def test_levels_move_only_on_clear_evidence_and_by_one():
     # (it fades with recency) the climb is tried again, hedged.
     cliff = decide_level(-2, {-2: cell(30, 40, 3, 5), -1: cell(0, 16, 0, 2)}, PAPER)
     assert cliff.levels == {-2: 1.0} and "level -1 measured clearly below" in cliff.reason
+    # The drift expected where the policy is does not lift the level above's evidence (0 of 16 shifted by a
+    # round's +1.07 logits would read up to 41%, and the climb went ahead onto a level that then passed 0 of 32).
+    assert decide_level(-2, {-2: cell(18, 40, 3, 5), -1: cell(0, 16, 0, 2)}, PAPER, drift=1.07).levels == {-2: 1.0}
     assert decide_level(-2, {-2: cell(30, 40, 3, 5), -1: cell(0, 8, 0, 1)}, PAPER).levels == {-2: 0.5, -1: 0.5}
     assert decide_level(-2, {-2: cell(30, 40, 3, 5), -1: cell(5, 16, 2, 2)}, PAPER).levels == {-1: 1.0}
     # A neighbour whose admission rate is clearly better wins outright.

@@ -285,11 +285,11 @@ def decide_level(current: int, evidence: Mapping[int, CellEvidence], controller:
     if current < MAX_LEVEL and lo > inner_high:
         return _move(current, current + 1, evidence, here,
                      f"{described} is clearly above {'the band' if lo > high else f'{inner_high:.0%}, the inner band'}",
-                     controller, drift)
+                     controller)
     if current > MIN_LEVEL and hi < inner_low:
         return _move(current, current - 1, evidence, here,
                      f"{described} is clearly below {'the band' if hi < low else f'{inner_low:.0%}, the inner band'}",
-                     controller, drift)
+                     controller)
     return LevelDecision({current: 1.0}, here.admission_rate, f"level {current} kept: {described}")
 
 
@@ -395,15 +395,18 @@ def choose_temperature(previous: float, validation: CellEvidence, heldout_before
 
 
 def _move(current: int, target: int, evidence: Mapping[int, CellEvidence], here: CellEvidence, why: str,
-          controller: Controller, drift: float) -> LevelDecision:
+          controller: Controller) -> LevelDecision:
     there = evidence.get(target)
     if target > current and there is not None and there.rollouts >= controller.min_rollouts:
-        # A level above that its own evidence puts clearly below the band
-        # (shifted as this level's is) is a cliff, not the next step: moving
-        # there would sink the capability's whole share. Its evidence fades
-        # with recency, and the climb is tried again, hedged, once it has.
+        # A level above that its own evidence puts clearly below the band is
+        # a cliff, not the next step: moving there would sink the
+        # capability's whole share. Its evidence is not shifted by the drift:
+        # what the policy gained where it is need not carry to the level
+        # above (a family's level -1 stayed at 0 of 48 while its level -2
+        # rose). The evidence fades with recency, and the climb is tried
+        # again, hedged, once it has.
         inner_low, _ = _inner_band(controller)
-        above = _shifted_interval(there, controller, drift)[1]
+        above = wilson_interval(there.passes, there.rollouts, controller.z)[1]
         if above < inner_low:
             return LevelDecision({current: 1.0}, here.admission_rate,
                                  f"level {current} kept: {why}, but level {target} measured clearly below "
