@@ -128,7 +128,7 @@ def build_level(levels, seed, params):
 # command shown: in words that task stays out of reach after six rounds of
 # warm-up training (0 of 208 rollouts), shown it is in the band and rises
 # with that training (12% -> 32%), so it is the rung between copying a
-# command and knowing it (docs/experiments/2026-12-03-three-seeds-and-the-level-0-cliff.md).
+# command and knowing it (docs/experiments/2026-12-03-the-level-0-cliff.md).
 WARMUP_LEVELS = (-2,)
 SHOWN_COMMAND_LEVEL = -1
 # The operations of each warm-up level.
