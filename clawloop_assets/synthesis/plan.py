@@ -412,7 +412,7 @@ def _move(current: int, target: int, evidence: Mapping[int, CellEvidence], here:
                                  f"level {current} kept: {why}, but level {target} measured clearly below "
                                  f"{inner_low:.0%} (pass rate {there.pass_rate:.0%}, 95% CI up to {above:.0%})")
     if target < current or (there is not None and there.candidates >= 2):
-        return LevelDecision({target: 1.0}, evidence.get(target, CellEvidence()).admission_rate,
+        return LevelDecision({target: 1.0}, (there or CellEvidence()).admission_rate,
                              f"level {current} -> {target}: {why}")
     # Up to an untried level, the overshoot the paper suffered: half the
     # candidates stay where the policy is known. (Down from a level that is

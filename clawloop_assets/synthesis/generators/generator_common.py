@@ -255,8 +255,9 @@ def shown_command_task(task):
     paragraph of its own after an instruction of several lines). A level-0
     solution is one or two short shell lines; anything longer is no command
     to copy and raises."""
-    lines = [line for line in task["solution"].splitlines()[2:] if line.strip()]
-    if not lines or len(lines) > 2 or any("<<" in line or "#" in line for line in lines):
+    solution = task["solution"]
+    lines = [line for line in solution[len(SOLUTION_HEADER):].splitlines() if line.strip()]
+    if not solution.startswith(SOLUTION_HEADER) or not lines or len(lines) > 2 or any("<<" in line or "#" in line for line in lines):
         raise ValueError("level -1 shows level 0's command, and this level-0 solution is no short command: %r"
                          % task["solution"])
     command = "; ".join(line.strip() for line in lines)
@@ -409,6 +410,10 @@ def knob_text(knobs, environment, contract, key):
 CONTRACT_UNCHANGED = "<the rendered CONTRACT.md>"
 
 
+# What every solve.sh assemble writes starts with; the commands follow it.
+SOLUTION_HEADER = "#!/bin/bash\nset -euo pipefail\n"
+
+
 def assemble(params, instruction, environment, contract, checks, key, solution, fmt):
     environment = dict(environment)
     environment["CONTRACT.md"] = render_contract(contract)
@@ -423,7 +428,7 @@ def assemble(params, instruction, environment, contract, checks, key, solution, 
     return {
         "instruction": instruction + "\n",
         "environment": environment,
-        "solution": "#!/bin/bash\nset -euo pipefail\n" + solution.strip() + "\n",
+        "solution": SOLUTION_HEADER + solution.strip() + "\n",
         "answer": {"key": key, "checks": checks},
         "meta": meta,
     }
