@@ -18,6 +18,7 @@ import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Collection
+from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.sequential_rollouts import decisions
@@ -65,7 +66,8 @@ def measure(home: Path, number: int, temperatures: list[float], seed: int = 7,
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for temperature in temperatures:
-                settings = loop.agent_settings(temperature)
+                # Every level at this temperature: what the benchmark compares.
+                settings = replace(loop.agent_settings(), temperature=temperature)
                 started = time.perf_counter()
                 rollouts = run_rollouts(session, sandbox, tasks, band.rollouts_per_task, settings,
                                         Path(tmp) / str(temperature), seed)

@@ -6,6 +6,7 @@ before a round starts, with the field named."""
 from __future__ import annotations
 
 import zlib
+from dataclasses import replace
 from typing import Literal
 
 import dagster as dg
@@ -15,6 +16,7 @@ from clawloop_assets.evaluation.fixed_set import EvaluationSetSpec
 from clawloop_assets.harness.agent_loop import AgentSettings
 from clawloop_assets.partitions import round_number
 from clawloop_assets.synthesis.catalogs import round_capabilities
+from clawloop_assets.synthesis.generators.generator_common import WARMUP_LEVELS
 from clawloop_assets.synthesis.plan import Controller
 from clawloop_assets.validation.admission import AdmissionBand
 from training_jobs.configs import recipe_config
@@ -90,6 +92,12 @@ class LoopConfig(dg.ConfigurableResource):
         default=True,
         description="After round_temperatures, the controller chooses each round's temperature "
                     "(plan.choose_temperature).")
+    round_temperature_levels: Literal["warmup", "all"] = Field(
+        default="warmup",
+        description="Which levels a round's temperature serves: 'warmup' (the warm-up level; level -1 and up "
+                    "sample at `temperature`, where the evaluation measures them) or 'all' (every level). A "
+                    "temperature raised to spread the warm-up level's groups cost the levels above it most of "
+                    "their pass rate (docs/experiments/2026-12-03-temperature-per-level.md).")
 
     # --- training --------------------------------------------------------------------------------------------
     training_mode: Literal["sft_then_grpo", "grpo_only", "sft_only"] = Field(
@@ -204,12 +212,22 @@ class LoopConfig(dg.ConfigurableResource):
             min_scored=max(1, (3 * self.rollouts_per_task + 3) // 4),
         )
 
-    def agent_settings(self, temperature: float | None = None) -> AgentSettings:
-        """How the agent samples: at `temperature` (a round's, see
-        round_state.rollout_temperature), or without one at the fixed `temperature`."""
-        return AgentSettings(max_turns=self.max_turns, max_new_tokens=self.max_new_tokens,
-                             harness_workers=self.harness_workers,
-                             temperature=self.temperature if temperature is None else temperature)
+    def agent_settings(self, round_temperature: float | None = None) -> AgentSettings:
+        """How the agent samples: the levels a round's temperature serves at
+        `round_temperature` (see round_state.rollout_temperature and
+        `round_temperature_levels`), the rest, and everything without one, at
+        the fixed `temperature`."""
+        settings = AgentSettings(max_turns=self.max_turns, max_new_tokens=self.max_new_tokens,
+                                 harness_workers=self.harness_workers, temperature=self.temperature)
+        if round_temperature is None:
+            return settings
+        if self.round_temperature_levels == "all":
+            return replace(settings, temperature=round_temperature)
+        return replace(settings, level_temperatures={level: round_temperature for level in WARMUP_LEVELS})
+
+    def at_round_temperature(self, level: int) -> bool:
+        """Whether `level` samples at its round's temperature (`round_temperature_levels`)."""
+        return self.round_temperature_levels == "all" or level in WARMUP_LEVELS
 
     def scheduled_temperature(self, round_key: str) -> float | None:
         """`round_key`'s rollout temperature from the schedule; None when the

@@ -95,7 +95,7 @@ def test_rollouts_record_tokens_masks_and_rewards(level0_task, tmp_path):
         # Exactly the sampled characters are action tokens; prompts and observations are not.
         sampled = [t for t, m in zip(rollout.token_ids, rollout.action_mask) if m]
         assert "".join(map(chr, sampled)) in {replies[0] + replies[2], replies[1] + replies[3]}
-    row = rollout_row(solved, round_key="round-0001", phase="validation", checkpoint_id="ckpt-x", temperature=0.7)
+    row = rollout_row(solved, round_key="round-0001", phase="validation", checkpoint_id="ckpt-x")
     assert row["rollout_id"] == f"{level0_task.task_id}.validation.0"
     # The observation of the first command was shown to the agent before it submitted.
     assert "exit code 0" in ScriptedSession([]).decode(solved.token_ids)
@@ -130,6 +130,36 @@ class GatedSession(ScriptedSession):
 def other_task(task, suffix="b"):
     """The same bundle under another task id: a second task of the same call."""
     return dataclasses.replace(task, task_id=f"{task.task_id}-{suffix}")
+
+
+class TemperatureRecordingSession(ScriptedSession):
+    """Records each call's (temperature, prompts, samples per prompt)."""
+
+    def __init__(self, replies):
+        super().__init__(replies)
+        self.calls = []
+
+    def sample(self, prompts, n, params):
+        self.calls.append((params.temperature, len(prompts), n))
+        return super().sample(prompts, n, params)
+
+
+def test_each_level_samples_at_its_own_temperature_one_call_per_temperature(level0_task, tmp_path):
+    """Three tasks, two at level 0 and one at the warm-up level, which a
+    round's temperature serves: every turn samples each temperature's
+    rollouts in a call of their own, and each rollout records its temperature."""
+    warmup = dataclasses.replace(other_task(level0_task, "warmup"), difficulty=-2)
+    tasks = [level0_task, warmup, other_task(level0_task)]
+    session = TemperatureRecordingSession(["ls\n```"] * 12)
+    settings = AgentSettings(max_turns=2, temperature=0.7, level_temperatures={-2: 1.1})
+    rollouts = run_rollouts(session, BubblewrapSandbox(), tasks, 2, settings, tmp_path, seed=0)
+    # Turn 1: one call per temperature, every sample of a task in it; turn 2: one rollout per sequence.
+    assert session.calls == [(0.7, 2, 2), (1.1, 1, 2), (0.7, 4, 1), (1.1, 2, 1)]
+    assert [(r.task.task_id, r.temperature) for r in rollouts] == [
+        (task.task_id, 1.1 if task is warmup else 0.7) for task in tasks for _ in range(2)]
+    assert all(r.turns == 2 and r.status == "scored" for r in rollouts)
+    rows = [rollout_row(r, round_key="round-0001", phase="validation", checkpoint_id="c") for r in rollouts]
+    assert [row["temperature"] for row in rows] == [0.7, 0.7, 1.1, 1.1, 0.7, 0.7]
 
 
 def test_two_tasks_of_one_id_are_refused_before_any_rollout(level0_task, tmp_path):

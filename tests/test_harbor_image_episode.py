@@ -147,7 +147,7 @@ def test_a_verifier_that_leaves_no_reward_is_an_error_not_a_score(imported, tmp_
     assert (rollout.status, rollout.reward) == ("verifier_error", None)
     assert "left no valid reward" in rollout.error and "exited with 3" in rollout.error, rollout.error
     score = pass_at_1(table_frame("rollouts", [rollout_row(rollout, round_key="eval", phase="evaluation",
-                                                           checkpoint_id="c", temperature=0.7)]))
+                                                           checkpoint_id="c")]))
     assert (score.pass_at_1, score.errors) == (0.0, 1)  # counted as not passed, and reported
 
 

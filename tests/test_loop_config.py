@@ -11,9 +11,17 @@ def test_each_round_of_the_schedule_samples_at_its_entry_then_the_controller_cho
     # Without the controller, the last entry repeats.
     fixed = LoopConfig(round_temperatures=[0.7, 0.85, 0.9], controlled_temperature=False)
     assert [fixed.scheduled_temperature(f"round-{n:04d}") for n in (1, 3, 4, 12)] == [0.7, 0.9, 0.9, 0.9]
-    assert loop.agent_settings(0.85).temperature == 0.85
-    # Without a round's temperature: the fixed one of the evaluation set and transfer runs.
-    assert LoopConfig(temperature=0.6).agent_settings().temperature == 0.6
+    # A round's temperature serves the warm-up level; level -1 and up sample at the fixed one.
+    settings = loop.agent_settings(0.85)
+    assert [settings.temperature_for(level) for level in (-2, -1, 0, 3)] == [0.85, 0.7, 0.7, 0.7]
+    assert [loop.at_round_temperature(level) for level in (-2, -1, 0)] == [True, False, False]
+    # The ablation: every level at the round's temperature.
+    every = LoopConfig(round_temperature_levels="all")
+    assert [every.agent_settings(0.85).temperature_for(level) for level in (-2, -1, 0)] == [0.85] * 3
+    assert every.at_round_temperature(0)
+    # Without a round's temperature: the fixed one of the evaluation set and transfer runs, at every level.
+    fixed = LoopConfig(temperature=0.6).agent_settings()
+    assert [fixed.temperature_for(level) for level in (-2, -1, 0)] == [0.6] * 3
 
 
 @pytest.mark.parametrize("temperatures", [[], [0.7, 0.0], [0.7, -0.1], [2.5]])
@@ -61,6 +69,7 @@ BAD_VALUES = {
     "temperature": [-1, 0, 2.5, "0.7"],
     "round_temperatures": [[], [0.7, 0], [3], 0.7],
     "controlled_temperature": [0],
+    "round_temperature_levels": ["rung"],
     "training_mode": ["sft"],
     "generator_source": ["gpt"],
     "generator_max_tokens": [0],

@@ -205,6 +205,86 @@ def test_open_loop_growth_overshoots_under_the_same_policy():
     assert min(settled) < 0.5 or any(later < earlier - 0.10 for earlier, later in zip(settled, settled[1:])), rates
 
 
+def _round_at_two_temperatures(warehouse, key: str, warmup_passes: int, rung_passes: int) -> None:
+    """One past round in the warehouse: a task at level -2 sampled at 0.95
+    and one at level -1 at 0.7, 16 rollouts each per phase, the -2 one
+    passing `warmup_passes` of 16 (validation, held-out before) and all 16
+    after training, the -1 one `rung_passes` of 16 in every phase."""
+    from resources.warehouse import table_frame
+
+    tasks, rollouts, admissions = [], [], []
+    for level, temperature, passes in ((-2, 0.95, warmup_passes), (-1, 0.7, rung_passes)):
+        task_id = f"{key}.cap.{level}"
+        tasks.append({"round": key, "task_id": task_id, "generator_id": "g", "capability_id": "cap",
+                      "domain_id": "d", "difficulty": level, "track": "analysis", "seed": 0, "bundle_path": None,
+                      "build_status": "built", "build_error": None, "seconds": 0.1})
+        admissions.append({"round": key, "task_id": task_id, "pass_count": passes, "scored_rollouts": 16,
+                           "excluded_rollouts": 0, "admitted": 1 <= passes <= 10, "decision": "admitted"})
+        for phase in ("validation", "heldout_before", "heldout_after"):
+            passing = 16 if phase == "heldout_after" and level == -2 else passes
+            rollouts += [{"round": key, "rollout_id": f"{task_id}.{phase}.{i}", "task_id": task_id, "phase": phase,
+                          "checkpoint_id": "c", "sample_index": i, "status": "scored", "reward": float(i < passing),
+                          "error": None, "turns": 1, "submitted": True, "canary_seen": False, "commands": ["ls"],
+                          "exit_codes": [0], "last_output": "", "verifier_checks": "[]", "token_ids": [1],
+                          "action_mask": [1], "sampling_logprobs": [-0.5], "temperature": temperature,
+                          "prompt_tokens": 1, "generated_tokens": 1, "model_seconds": 0.1, "sandbox_seconds": 0.1}
+                         for i in range(16)]
+    plans = [{"round": key, "capability_id": "cap", "difficulty": -2, "weight": 1.0, "candidates": 1,
+              "source_round": None, "reason": "r", "knobs": []}]
+    for table, rows in (("synthesis_plans", plans), ("tasks", tasks), ("admissions", admissions),
+                        ("rollouts", rollouts), ("round_summaries", [{"round": key, "summary": "{}"}])):
+        warehouse.replace(table, table_frame(table, rows), {"round": key})
+
+
+def test_the_controller_aims_the_temperature_of_the_levels_it_serves_from_their_rollouts_alone(clawloop_home):
+    """Level -2 sampled at 0.95 passed 8 of 16, the rung at 0.7 none: the
+    controller reads only level -2's rollouts (0.95, 50%, and the held-out
+    gain there), and with every level at the round's temperature all of them."""
+    from clawloop_assets.synthesis.evidence import controller_temperature
+    from resources.warehouse import DuckDBWarehouse, table_frame
+
+    warehouse = DuckDBWarehouse()
+    _round_at_two_temperatures(warehouse, "round-0001", warmup_passes=8, rung_passes=0)
+    loop = LoopConfig()
+    decision = controller_temperature(warehouse, "round-0002", loop.controller(), loop.at_round_temperature)
+    assert decision.reason.startswith("0.95 -> ")
+    assert "validation pass rate 50% at 0.95" in decision.reason and "held-out 50% -> 100%" in decision.reason
+    every = LoopConfig(round_temperature_levels="all")
+    pooled = controller_temperature(warehouse, "round-0002", every.controller(), every.at_round_temperature)
+    assert "validation pass rate 25%" in pooled.reason and "held-out 25% -> 50%" in pooled.reason
+    # Served levels with no task last round (every capability climbed off them): the temperature stays.
+    warehouse.replace("rollout_temperatures", table_frame("rollout_temperatures", [
+        {"round": "round-0001", "temperature": 0.95, "source": "schedule", "predicted_pass_rate": None,
+         "pass_rate_shift": None, "reason": "r"}]), {"round": "round-0001"})
+    none_served = controller_temperature(warehouse, "round-0002", loop.controller(), lambda level: level == 3)
+    assert (none_served.temperature, none_served.pass_rate_shift) == (0.95, 0.0)
+    assert "kept: no validation rollouts at levels [3] last round" in none_served.reason
+
+
+def test_the_drift_of_the_levels_at_the_rounds_temperature_is_measured_apart(clawloop_home):
+    """Round 1 to 2: level -2 (the round's temperature) from 2 to 10 of 16
+    passes, the rung (fixed) from 12 to 4: each group's levels see their own
+    drift, and with every level at the round's temperature the pooled one."""
+    from clawloop_assets.synthesis.evidence import controller_inputs
+    from clawloop_assets.synthesis.plan import CellEvidence, estimate_drift
+    from resources.warehouse import DuckDBWarehouse
+
+    warehouse = DuckDBWarehouse()
+    _round_at_two_temperatures(warehouse, "round-0001", warmup_passes=2, rung_passes=12)
+    _round_at_two_temperatures(warehouse, "round-0002", warmup_passes=10, rung_passes=4)
+    loop = LoopConfig(controller_recency=1.0)
+    *_, drift, _ = controller_inputs(warehouse, "round-0003", 1.0, loop.at_round_temperature)
+    cells = [CellEvidence(passes=p, rollouts=16) for p in (2, 10, 12, 4)]
+    up, down = (cells[1].smoothed_logit - cells[0].smoothed_logit, cells[3].smoothed_logit - cells[2].smoothed_logit)
+    assert drift[-2] == pytest.approx(max(-1.0, min(1.0, up))) and drift[-2] > 0
+    assert drift[-1] == drift[0] == drift[5] == pytest.approx(max(-1.0, min(1.0, down))) and drift[-1] < 0
+    every = LoopConfig(round_temperature_levels="all")
+    *_, pooled, _ = controller_inputs(warehouse, "round-0003", 1.0, every.at_round_temperature)
+    expected = estimate_drift([{("cap", -2): cells[0], ("cap", -1): cells[2]},
+                               {("cap", -2): cells[1], ("cap", -1): cells[3]}])
+    assert drift[-1] < expected < drift[-2] and all(d == pytest.approx(expected) for d in pooled.values())
+
+
 def test_round_two_plan_follows_round_one_evidence_and_report(clawloop_home):
     """The asset's inputs, read from a warehouse holding round 1: a capability
     whose tasks all passed moves up (hedged), the diagnosed one keeps its
@@ -235,8 +315,9 @@ def test_round_two_plan_follows_round_one_evidence_and_report(clawloop_home):
         warehouse.replace(table, table_frame(table, rows), {"round": key})
 
     loop = LoopConfig(candidates_per_round=30)
-    levels, evidence, failure_share, drift, causes = controller_inputs(warehouse, "round-0002", loop.controller_recency)
-    assert levels == {"easy": L, "band": L, "hard": L} and drift == 0.0
+    levels, evidence, failure_share, drift, causes = controller_inputs(warehouse, "round-0002", loop.controller_recency,
+                                                                       loop.at_round_temperature)
+    assert levels == {"easy": L, "band": L, "hard": L} and set(drift.values()) == {0.0}
     assert evidence[("easy", L)].pass_rate == 1.0 and evidence[("band", L)].admitted == 4
     assert failure_share == {"easy": 0.0, "band": 0.0, "hard": 1.0}
     assert causes == {"hard": {"premature_termination": 4}}

@@ -58,7 +58,7 @@ def collect_rollouts(context, warehouse, sandbox, policy: PolicyModel, ref: Poli
                                         directory, seed, is_decided, progress=context.log.info)
         finally:
             session.close()
-        rows = [rollout_row(r, round_key=key, phase=phase, checkpoint_id=ref.checkpoint_id, temperature=settings.temperature)
+        rows = [rollout_row(r, round_key=key, phase=phase, checkpoint_id=ref.checkpoint_id)
                 for r in rollouts]
         cost.rollouts = len(rows)
         cost.tokens = sum(r["generated_tokens"] for r in rows)

@@ -162,6 +162,8 @@ def round_summary(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg
     patterns = warehouse.read("diagnosis_patterns", {"round": key})
     ledger = warehouse.read("cost_ledger", {"round": key})
     admitted = int(admissions["admitted"].sum()) if admissions.height else 0
+    temperature = warehouse.read("rollout_temperatures", {"round": key})
+    round_temperature = float(temperature["temperature"][0]) if temperature.height else None
     # The fixed evaluation set's figures (clawloop_assets/evaluation/fixed_set.py): pooled over every task of the
     # set, and per level of our own set; None before any evaluation rollout.
     evaluation_rollouts = rollouts.filter(pl.col("phase") == "evaluation")
@@ -176,7 +178,7 @@ def round_summary(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg
         "rollouts": int((rollouts["phase"] == "validation").sum()),
         "admitted": admitted,
         "admission_rate": round(admitted / tasks.height, 4) if tasks.height else 0.0,
-        **validation_effort(rollouts, admitted),
+        **validation_effort(rollouts, admitted, round_temperature),
         "train_tasks": int((splits["split"] == "train").sum()),
         "heldout_tasks": int((splits["split"] == "heldout").sum()),
         "sft_examples": runs.get("sft", {}).get("examples", 0),

@@ -59,8 +59,7 @@ def evaluation(context: dg.AssetExecutionContext, warehouse: Warehouse, sandbox:
                                     progress=context.log.info)
         finally:
             session.close()
-        rows = [rollout_row(r, round_key=key, phase=PHASE, checkpoint_id=ref.checkpoint_id,
-                            temperature=settings.temperature) for r in rollouts]
+        rows = [rollout_row(r, round_key=key, phase=PHASE, checkpoint_id=ref.checkpoint_id) for r in rollouts]
         cost.rollouts = len(rows)
         cost.tokens = sum(r["generated_tokens"] for r in rows)
     frame = table_frame("rollouts", rows)

@@ -66,18 +66,19 @@ def synthesis_plan(context: dg.AssetExecutionContext, warehouse: Warehouse, loop
     key = context.partition_key
     capabilities = require_rows(warehouse, "capabilities", key, "capability_catalog")["capability_id"].to_list()
     upstream = previous_round(key)
-    drift = 0.0
+    drift: dict[int, float] = {}
     if upstream is None:
         plan = first_plan(capabilities, loop.candidates_per_round)
         temperature, _ = rollout_temperature_row(warehouse, key, loop)
     else:
-        levels, evidence, failure_share, drift, failure_causes = controller_inputs(warehouse, key, loop.controller_recency)
+        levels, evidence, failure_share, drift, failure_causes = controller_inputs(
+            warehouse, key, loop.controller_recency, loop.at_round_temperature)
         temperature, shift = rollout_temperature_row(warehouse, key, loop)
         if shift is not None:
             # The controller moves the temperature: the change between rounds
             # sampled at different temperatures mixes the training's gain with
             # the temperature's cost, and the next round samples at another.
-            drift = shift
+            drift = {level: shift if loop.at_round_temperature(level) else d for level, d in drift.items()}
         plan = next_plan(capabilities, levels, evidence, failure_share, loop.candidates_per_round,
                          loop.controller(), drift, failure_causes,
                          warmup_operation_evidence(warehouse, key, loop.controller_recency))
@@ -92,10 +93,12 @@ def synthesis_plan(context: dg.AssetExecutionContext, warehouse: Warehouse, loop
     warehouse.replace("rollout_temperatures", table_frame("rollout_temperatures", [temperature]), {"round": key})
     return dg.MaterializeResult(metadata={
         "upstream_round": upstream or "none (round 1 starts from the base curriculum)",
-        "pass_rate_drift_logits": round(drift, 3),
+        "pass_rate_drift_logits": _drift_table(drift, loop) if drift else "none (round 1)",
         "rollout_temperature": temperature["temperature"],
         "rollout_temperature_source": temperature["source"],
         "rollout_temperature_reason": temperature["reason"],
+        "rollout_temperature_levels": ("every level" if loop.round_temperature_levels == "all" else
+                                       f"the warm-up level; the rest at {loop.temperature:g}"),
         "target_admission_rate": loop.target_admission_rate,
         "plan": markdown_table(["capability", "level", "weight", "candidates", "knobs", "why"],
                                [(e.capability_id, e.difficulty, f"{e.weight:.2f}", e.candidates, ", ".join(e.knobs) or "-",
@@ -107,6 +110,17 @@ def synthesis_plan(context: dg.AssetExecutionContext, warehouse: Warehouse, loop
     })
 
 
+def _drift_table(drift: dict[int, float], loop: LoopConfig) -> dg.MarkdownMetadataValue:
+    """The drift the plan's levels saw, one row for the levels at the round's
+    temperature and one for the rest (each group shares one drift)."""
+    rows = []
+    for served, sampled_at in ((True, "the round's temperature"), (False, f"{loop.temperature:g}")):
+        levels = [level for level in sorted(drift) if loop.at_round_temperature(level) == served]
+        if levels:
+            rows.append((", ".join(map(str, levels)), sampled_at, f"{drift[levels[0]]:+.3f}"))
+    return markdown_table(["levels", "sampled at", "drift (logits)"], rows)
+
+
 def rollout_temperature_row(warehouse: Warehouse, round_key: str, loop: LoopConfig) -> tuple[dict, float | None]:
     """(the rollout_temperatures row of `round_key`, the pass-rate shift the
     levels see): the schedule's temperature (shift None: the levels keep
@@ -116,7 +130,7 @@ def rollout_temperature_row(warehouse: Warehouse, round_key: str, loop: LoopConf
         return {"round": round_key, "temperature": scheduled, "source": "schedule", "predicted_pass_rate": None,
                 "pass_rate_shift": None,
                 "reason": f"round {round_number(round_key)} of the schedule {loop.round_temperatures}"}, None
-    decision = controller_temperature(warehouse, round_key, loop.controller())
+    decision = controller_temperature(warehouse, round_key, loop.controller(), loop.at_round_temperature)
     return {"round": round_key, "temperature": decision.temperature, "source": "controller",
             "predicted_pass_rate": decision.predicted_pass_rate, "pass_rate_shift": decision.pass_rate_shift,
             "reason": decision.reason}, decision.pass_rate_shift

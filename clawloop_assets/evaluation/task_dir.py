@@ -108,8 +108,7 @@ def evaluate_tasks(session: PolicySession, sandbox: Sandbox, tasks: list[Evaluat
     started = time.monotonic()
     rollouts = run_rollouts(session, sandbox, [t.bundle for t in tasks], samples, settings, workdir, seed,
                             progress=progress)
-    rows = [rollout_row(r, round_key="eval", phase="evaluation", checkpoint_id=checkpoint,
-                        temperature=settings.temperature) for r in rollouts]
+    rows = [rollout_row(r, round_key="eval", phase="evaluation", checkpoint_id=checkpoint) for r in rollouts]
     frame = table_frame("rollouts", rows)
     return EvalReport(checkpoint, tasks, frame, pass_at_1(frame), pass_at_1_by_set(frame, tasks), samples,
                       time.monotonic() - started)

@@ -24,7 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterator, Sequence, TypeVar
+from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from clawloop_assets.harbor.image_task import ImageEpisode, is_image_task
 from clawloop_assets.harbor.task_format import task_memory_bytes
@@ -83,6 +83,10 @@ class AgentSettings:
     max_turns: int = 2
     max_new_tokens: int = 48
     temperature: float = 0.7
+    # Levels that sample at another temperature than `temperature` (level ->
+    # temperature): a round's temperature serves its warm-up level only
+    # (LoopConfig.round_temperature_levels).
+    level_temperatures: Mapping[int, float] = field(default_factory=dict)
     output_bytes: int = 16 << 10
     # Disk quota of one rollout's workspace, and of all a call's workspaces
     # together (each gets the smaller of the two shares): task workspaces
@@ -94,10 +98,14 @@ class AgentSettings:
     # than cores keep the policy from waiting on it.
     harness_workers: int = 4
 
-    def sampling(self, seed: int, stream_ids: Sequence[int] = (), first_index: int = 0) -> SamplingParams:
+    def temperature_for(self, level: int) -> float:
+        return self.level_temperatures.get(level, self.temperature)
+
+    def sampling(self, seed: int, stream_ids: Sequence[int] = (), first_index: int = 0,
+                 temperature: float | None = None) -> SamplingParams:
         return SamplingParams(
-            max_new_tokens=self.max_new_tokens, temperature=self.temperature, stop=(FENCE_CLOSE,), seed=seed,
-            stream_ids=tuple(stream_ids), first_index=first_index,
+            max_new_tokens=self.max_new_tokens, temperature=self.temperature if temperature is None else temperature,
+            stop=(FENCE_CLOSE,), seed=seed, stream_ids=tuple(stream_ids), first_index=first_index,
         )
 
 
@@ -113,6 +121,7 @@ class Rollout:
     task: TaskBundle
     sample_index: int
     workspace: Path
+    temperature: float  # what its every turn samples at (AgentSettings.temperature_for)
     token_ids: list[int] = field(default_factory=list)
     action_mask: list[int] = field(default_factory=list)
     sampling_logprobs: list[float] = field(default_factory=list)
@@ -188,7 +197,8 @@ def run_rollouts(
         raise ValueError(f"run_rollouts: task ids must be unique in one call; repeated: {', '.join(repeated)}")
     quota = min(settings.workspace_bytes, settings.workspace_budget_bytes // max(1, len(tasks) * samples_per_task))
     rollouts = [
-        Rollout(task=task, sample_index=index, workspace=workdir / task.task_id / f"sample-{index}", quota_bytes=quota)
+        Rollout(task=task, sample_index=index, workspace=workdir / task.task_id / f"sample-{index}", quota_bytes=quota,
+                temperature=settings.temperature_for(task.difficulty))
         for task in tasks
         for index in range(first_index, first_index + samples_per_task)
     ]
@@ -495,55 +505,76 @@ class _Harness:
 
 def _first_turn(session, tasks, rollouts, n, settings, seed, progress, first_index, act) -> None:
     # All samples of a task share the first prompt: one prefill, n samples.
+    # The sampler takes one temperature per call: one group of calls per temperature.
     per_chunk = max(1, SEQUENCES_PER_CALL // n)
-    for start in range(0, len(tasks), per_chunk):
-        chunk = tasks[start : start + per_chunk]
-        prompts = [
-            session.chat_tokens(initial_messages(task), add_generation_prompt=True) + session.encode(FENCE_OPEN)
-            for task in chunk
-        ]
-        for offset, task in enumerate(chunk):
-            for index in range(n):
-                rollout = rollouts[(start + offset) * n + index]
-                rollout.messages = initial_messages(task)
-                rollout.extend(prompts[offset], sampled=False)
-                rollout.prompt_tokens = len(prompts[offset])
+    sampled = 0
+    for group in _by_temperature(range(len(tasks)), lambda position: rollouts[position * n].temperature):
+        for start in range(0, len(group), per_chunk):
+            chunk = group[start : start + per_chunk]
+            prompts = [
+                session.chat_tokens(initial_messages(tasks[position]), add_generation_prompt=True)
+                + session.encode(FENCE_OPEN)
+                for position in chunk
+            ]
+            for offset, position in enumerate(chunk):
+                for index in range(n):
+                    rollout = rollouts[position * n + index]
+                    rollout.messages = initial_messages(tasks[position])
+                    rollout.extend(prompts[offset], sampled=False)
+                    rollout.prompt_tokens = len(prompts[offset])
 
-        def replied(offset: int, index: int, completion: Completion) -> None:
-            rollout = rollouts[(start + offset) * n + index]
-            _record_reply(rollout, completion)
-            act(rollout)
+            def replied(offset: int, index: int, completion: Completion) -> None:
+                rollout = rollouts[chunk[offset] * n + index]
+                _record_reply(rollout, completion)
+                act(rollout)
 
-        started = time.monotonic()
-        streams = [sample_stream(task.task_id) for task in chunk]
-        error = _sample(session, prompts, n, settings.sampling(seed, streams, first_index), replied)
-        elapsed = time.monotonic() - started
-        for rollout in rollouts[start * n : (start + len(chunk)) * n]:
-            rollout.model_seconds += elapsed / (len(chunk) * n)
-            if error and not rollout.generated_tokens:
-                rollout.status, rollout.error, rollout.done = "policy_error", error, True
-        progress(f"sampled {min(start + per_chunk, len(tasks))}/{len(tasks)} tasks x {n} in {elapsed:.1f}s")
+            started = time.monotonic()
+            streams = [sample_stream(tasks[position].task_id) for position in chunk]
+            temperature = rollouts[chunk[0] * n].temperature
+            error = _sample(session, prompts, n, settings.sampling(seed, streams, first_index, temperature), replied)
+            elapsed = time.monotonic() - started
+            for position in chunk:
+                for rollout in rollouts[position * n : (position + 1) * n]:
+                    rollout.model_seconds += elapsed / (len(chunk) * n)
+                    if error and not rollout.generated_tokens:
+                        rollout.status, rollout.error, rollout.done = "policy_error", error, True
+            sampled += len(chunk)
+            progress(f"sampled {sampled}/{len(tasks)} tasks x {n} at temperature {temperature:g} in {elapsed:.1f}s")
 
 
 def _next_turn(session, active: list[Rollout], settings, seed, progress, act) -> None:
-    for start in range(0, len(active), SEQUENCES_PER_CALL):
-        chunk = active[start : start + SEQUENCES_PER_CALL]
-        replied_to: set[int] = set()
+    sampled = 0
+    for group in _by_temperature(active, lambda rollout: rollout.temperature):
+        for start in range(0, len(group), SEQUENCES_PER_CALL):
+            chunk = group[start : start + SEQUENCES_PER_CALL]
+            replied_to: set[int] = set()
 
-        def replied(offset: int, index: int, completion: Completion) -> None:
-            replied_to.add(offset)
-            _record_reply(chunk[offset], completion)
-            act(chunk[offset])
+            def replied(offset: int, index: int, completion: Completion) -> None:
+                replied_to.add(offset)
+                _record_reply(chunk[offset], completion)
+                act(chunk[offset])
 
-        started = time.monotonic()
-        streams = [sample_stream(r.task.task_id, r.sample_index) for r in chunk]
-        error = _sample(session, [r.token_ids for r in chunk], 1, settings.sampling(seed, streams), replied)
-        elapsed = time.monotonic() - started
-        for offset, rollout in enumerate(chunk):
-            rollout.model_seconds += elapsed / len(chunk)
-            if error and offset not in replied_to:
-                rollout.status, rollout.error, rollout.done = "policy_error", error, True
-        progress(f"sampled {min(start + SEQUENCES_PER_CALL, len(active))}/{len(active)} rollouts in {elapsed:.1f}s")
+            started = time.monotonic()
+            streams = [sample_stream(r.task.task_id, r.sample_index) for r in chunk]
+            params = settings.sampling(seed, streams, temperature=chunk[0].temperature)
+            error = _sample(session, [r.token_ids for r in chunk], 1, params, replied)
+            elapsed = time.monotonic() - started
+            for offset, rollout in enumerate(chunk):
+                rollout.model_seconds += elapsed / len(chunk)
+                if error and offset not in replied_to:
+                    rollout.status, rollout.error, rollout.done = "policy_error", error, True
+            sampled += len(chunk)
+            progress(f"sampled {sampled}/{len(active)} rollouts in {elapsed:.1f}s")
+
+
+def _by_temperature(items: Iterable[T], temperature_of: Callable[[T], float]) -> list[list[T]]:
+    """`items` grouped by the temperature they sample at, each group in the
+    given order. A stream's randomness does not depend on its call's other
+    streams, so the grouping changes no sample."""
+    groups: dict[float, list[T]] = {}
+    for item in items:
+        groups.setdefault(temperature_of(item), []).append(item)
+    return [groups[temperature] for temperature in sorted(groups)]
 
 
 def _sample(session: PolicySession, prompts, n: int, params: SamplingParams, replied) -> str | None:
@@ -744,7 +775,7 @@ def with_sandbox_retries(call: Callable[[], T], attempts: int = SANDBOX_ATTEMPTS
     raise AssertionError("unreachable")
 
 
-def rollout_row(rollout: Rollout, *, round_key: str, phase: str, checkpoint_id: str, temperature: float) -> dict:
+def rollout_row(rollout: Rollout, *, round_key: str, phase: str, checkpoint_id: str) -> dict:
     return {
         "round": round_key,
         "rollout_id": f"{rollout.task.task_id}.{phase}.{rollout.sample_index}",
@@ -765,7 +796,7 @@ def rollout_row(rollout: Rollout, *, round_key: str, phase: str, checkpoint_id: 
         "token_ids": rollout.token_ids,
         "action_mask": rollout.action_mask,
         "sampling_logprobs": rollout.sampling_logprobs,
-        "temperature": temperature,
+        "temperature": rollout.temperature,
         "prompt_tokens": rollout.prompt_tokens,
         "generated_tokens": rollout.generated_tokens,
         "model_seconds": rollout.model_seconds,

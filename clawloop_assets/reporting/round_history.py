@@ -43,16 +43,20 @@ FIGURES = RoundFigures._fields[1:]
 LADDER_COLORMAP = colormaps["viridis"]
 
 
-def validation_effort(rollouts: pl.DataFrame, admitted: int) -> dict[str, float | None]:
+def validation_effort(rollouts: pl.DataFrame, admitted: int, round_temperature: float | None = None
+                      ) -> dict[str, float | None]:
     """What admission cost this round: the mean turns of the scored validation
     rollouts, and the validation rollouts spent (whatever their status: an
-    infrastructure failure is spent too) per admitted task; and the
-    temperature they sampled at."""
+    infrastructure failure is spent too) per admitted task; and the round's
+    temperature (`round_temperature`, the levels it serves sampled at it), or
+    without it the one temperature all its validation rollouts sampled at."""
     validation = rollouts.filter(pl.col("phase") == "validation")
     scored = validation.filter(pl.col("status") == "scored")
     temperatures = validation["temperature"].unique().sort().to_list()
+    if round_temperature is None and len(temperatures) == 1:
+        round_temperature = temperatures[0]
     return {
-        "rollout_temperature": temperatures[0] if len(temperatures) == 1 else None,
+        "rollout_temperature": round_temperature,
         "mean_turns": round(float(scored["turns"].mean()), 4) if scored.height else None,
         "rollouts_per_admitted_task": round(validation.height / admitted, 4) if admitted else None,
     }

@@ -6,13 +6,16 @@ temperature from; the controller itself (plan.py) reads no table."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 import polars as pl
 
 from clawloop_assets.partitions import previous_round, round_number
 from clawloop_assets.partitions import round_key as round_key_for
-from clawloop_assets.round_state import MissingUpstreamError
+from clawloop_assets.round_state import MissingUpstreamError, rollout_temperature
 from clawloop_assets.synthesis.generators.generator_common import WARMUP_OPERATIONS
 from clawloop_assets.synthesis.plan import (
+    LEVELS,
     CellEvidence,
     Controller,
     TemperatureDecision,
@@ -23,13 +26,16 @@ from clawloop_assets.task_bundle import warmup_operation
 from resources.warehouse import Warehouse
 
 
-def controller_inputs(warehouse: Warehouse, round_key: str, recency: float):
+def controller_inputs(warehouse: Warehouse, round_key: str, recency: float,
+                      at_round_temperature: Callable[[int], bool]):
     """What the controller plans round k+1 from: each capability's primary
     level last round, the evidence per (capability, level) of every round so
     far (validation pass counts and admissions, a round j rounds back weighing
     recency**j), each capability's share of last round's diagnosed failures,
-    the drift of the pass rate between the last two rounds, and the root
-    causes of each capability's diagnosed failures (counts)."""
+    the drift of the pass rate between the last two rounds per level (the
+    levels at the rounds' temperatures and the rest measured apart: a
+    temperature change moves only the first), and the root causes of each
+    capability's diagnosed failures (counts)."""
     upstream = previous_round(round_key)
     if warehouse.read("round_summaries", {"round": upstream}).is_empty():
         raise MissingUpstreamError(f"{upstream} has not completed (no round_summary): finish it before planning the next round")
@@ -58,20 +64,35 @@ def controller_inputs(warehouse: Warehouse, round_key: str, recency: float):
     failure_causes: dict[str, dict[str, int]] = {}
     for row in summaries.group_by("capability_id", "root_cause").len().iter_rows(named=True):
         failure_causes.setdefault(row["capability_id"], {})[row["root_cause"]] = row["len"]
-    return levels, evidence, failure_share, estimate_drift(per_round), failure_causes
+    drift_at_round_temperature, drift_at_fixed_temperature = (
+        estimate_drift([{cell: e for cell, e in cells.items() if at_round_temperature(cell[1]) == served}
+                        for cells in per_round]) for served in (True, False))
+    drift = {level: drift_at_round_temperature if at_round_temperature(level) else drift_at_fixed_temperature
+             for level in LEVELS}
+    return levels, evidence, failure_share, drift, failure_causes
 
 
-def controller_temperature(warehouse: Warehouse, round_key: str, controller: Controller) -> TemperatureDecision:
+def controller_temperature(warehouse: Warehouse, round_key: str, controller: Controller,
+                           at_round_temperature: Callable[[int], bool]) -> TemperatureDecision:
     """The controller's rollout temperature for `round_key` (a round after
     the schedule's end): chosen from the last round's validation rollouts
-    and its held-out split before and after training
-    (TemperatureDecision.pass_rate_shift is the shift the levels then see)."""
+    and its held-out split before and after training, on the levels the
+    round's temperature serves (`at_round_temperature`)
+    (TemperatureDecision.pass_rate_shift is the shift those levels then see)."""
     upstream = previous_round(round_key)
-    rollouts = warehouse.read("rollouts", {"round": upstream})
+    levels = warehouse.read("tasks", {"round": upstream}).select("task_id", "difficulty")
+    served = [level for level in LEVELS if at_round_temperature(level)]
+    rollouts = (warehouse.read("rollouts", {"round": upstream}).join(levels, on="task_id")
+                .filter(pl.col("difficulty").is_in(served)))
     validation = rollouts.filter(pl.col("phase") == "validation")
     if validation.is_empty():
-        raise MissingUpstreamError(f"{upstream} has no validation rollouts to choose {round_key}'s temperature from: "
-                                   f"materialize validation_rollouts for {upstream} first")
+        if warehouse.read("rollouts", {"round": upstream, "phase": "validation"}).is_empty():
+            raise MissingUpstreamError(f"{upstream} has no validation rollouts to choose {round_key}'s temperature "
+                                       f"from: materialize validation_rollouts for {upstream} first")
+        # Every capability has left the levels it serves: nothing to aim with.
+        previous = rollout_temperature(warehouse, upstream, None)
+        return TemperatureDecision(previous, None, f"{previous:.2f} kept: no validation rollouts at levels "
+                                                   f"{served} last round")
     previous = float(validation["temperature"].mode().sort()[0])
     return choose_temperature(
         previous, *(rollout_evidence(rollouts, phase) for phase in ("validation", "heldout_before", "heldout_after")),

@@ -429,22 +429,28 @@ def next_plan(
     failure_share: Mapping[str, float],
     candidates_per_round: int,
     controller: Controller,
-    drift: float = 0.0,
+    drift: float | Mapping[int, float] = 0.0,
     failure_causes: Mapping[str, Mapping[str, int]] | None = None,
     operation_evidence: Mapping[tuple[int, str], CellEvidence] | None = None,
 ) -> list[PlanEntry]:
     """Round k+1's plan from the evidence of rounds 1..k (`drift`: see
-    estimate_drift; `operation_evidence`: per (warm-up level, operation),
-    pooled over capabilities) and round k's diagnosis (`failure_share` per
-    capability, `failure_causes`: root-cause counts per capability)."""
+    estimate_drift, one for every level or per level; `operation_evidence`:
+    per (warm-up level, operation), pooled over capabilities) and round k's
+    diagnosis (`failure_share` per capability, `failure_causes`: root-cause
+    counts per capability)."""
+    def drift_at(level: int) -> float:
+        return drift.get(level, 0.0) if isinstance(drift, Mapping) else drift
+
     knobs = generator_knobs(failure_causes or {})
     mixes = {level: warmup_operation_mix(
-        level, {op: cell for (lv, op), cell in (operation_evidence or {}).items() if lv == level}, controller, drift)
+        level, {op: cell for (lv, op), cell in (operation_evidence or {}).items() if lv == level}, controller,
+        drift_at(level))
         for level in WARMUP_OPERATIONS}
     decisions = {}
     for capability in capabilities:
         by_level = {level: cell for (c, level), cell in evidence.items() if c == capability}
-        decisions[capability] = decide_level(current_levels.get(capability, MIN_LEVEL), by_level, controller, drift)
+        current = current_levels.get(capability, MIN_LEVEL)
+        decisions[capability] = decide_level(current, by_level, controller, drift_at(current))
     expected = {c: d.expected_admission for c, d in decisions.items()}
     tilt = {c: 1.0 + controller.weakness_tilt * failure_share.get(c, 0.0) for c in capabilities}
     weights, evenness = _weights_for_target(expected, tilt, controller)

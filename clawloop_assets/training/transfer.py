@@ -129,7 +129,7 @@ def transfer_rl_only(
                 done = run_rollouts(session, sandbox, bundles[split], samples, settings, out_dir / "rollouts" / phase,
                                     split_seed, progress=log) if bundles[split] else []
                 frames[split] = table_frame("rollouts", [
-                    rollout_row(r, round_key=label, phase=phase, checkpoint_id=ckpt, temperature=settings.temperature)
+                    rollout_row(r, round_key=label, phase=phase, checkpoint_id=ckpt)
                     for r in done])
         finally:
             session.close()
