@@ -94,6 +94,29 @@ def test_levels_move_only_on_clear_evidence_and_by_one():
     assert better.levels == {1: 1.0}
 
 
+def test_a_warm_up_level_in_the_bands_upper_half_probes_the_rung_and_climbs_on_its_own_evidence():
+    """The temperature holds the warm-up level near the band's centre, so it
+    seldom reads clearly above it: a capability in the upper half of the
+    band puts 40% of its candidates on the rung, and moves there once the
+    rung's own evidence is in the band."""
+    upper_half = cell(20, 40, 4, 5)  # 50%: in the band's upper half, not clearly above the inner band
+    probe = decide_level(-2, {-2: upper_half}, PAPER)
+    assert probe.levels == {-2: 0.6, -1: 0.4} and "40% probe level -1 (level -1 0 rollouts so far)" in probe.reason
+    # The rung measured in the band (6 of 16: 95% CI 18%-61%): the whole capability moves up.
+    climb = decide_level(-2, {-2: upper_half, -1: cell(6, 16, 1, 2)}, PAPER)
+    assert climb.levels == {-1: 1.0} and "level -1's own pass rate 38% (95% CI 18%-61%) is in the band" in climb.reason
+    # Not clearly in the band (3 of 16: 95% CI 7%-43%): probed again; clearly below it (0 of 16): a cliff, not probed.
+    assert decide_level(-2, {-2: upper_half, -1: cell(3, 16, 1, 2)}, PAPER).levels == {-2: 0.6, -1: 0.4}
+    cliff = decide_level(-2, {-2: upper_half, -1: cell(0, 16, 0, 2)}, PAPER)
+    assert cliff.levels == {-2: 1.0} and "is clearly below 25%" in cliff.reason
+    # In the lower half, at a level that is no warm-up, or with the probe off: kept whole.
+    assert decide_level(-2, {-2: cell(12, 40, 3, 5)}, PAPER).levels == {-2: 1.0}
+    assert decide_level(0, {0: upper_half}, PAPER).levels == {0: 1.0}
+    assert decide_level(-2, {-2: upper_half}, replace(PAPER, rung_probe_share=0.0)).levels == {-2: 1.0}
+    with pytest.raises(ValueError, match="rung_probe_share must be in"):
+        replace(PAPER, rung_probe_share=1.0)
+
+
 def test_plan_follows_the_evidence_and_keeps_every_capability_in_the_pool():
     L = MIN_LEVEL  # noqa: N806  (c, hopeless there, has nowhere lower to go)
     evidence = {("a", L): cell(60, 64, 0, 8), ("b", L): cell(20, 64, 7, 8), ("c", L): cell(0, 64, 0, 8)}
@@ -324,7 +347,9 @@ def test_round_two_plan_follows_round_one_evidence_and_report(clawloop_home):
     plan = next_plan(list(passes), levels, evidence, failure_share, 30, loop.controller(), drift, causes)
     by = {(e.capability_id, e.difficulty): e for e in plan}
     assert ("easy", L + 1) in by and ("easy", L) in by and "clearly above the band" in by[("easy", L + 1)].reason
-    assert by[("band", L)].candidates > by[("hard", L)].candidates >= 2
+    # "band" (3 of 8, the band's centre) keeps its level and probes the rung above with 40% of its candidates.
+    band = by[("band", L)].candidates + by[("band", L + 1)].candidates
+    assert band > by[("hard", L)].candidates >= 2 and "40% probe level -1" in by[("band", L + 1)].reason
     assert "100% of diagnosed failures" in by[("hard", L)].reason
     # The report's root cause names the knob that targets it, for that capability
     # only; at a warm-up level the plan says so and turns none.

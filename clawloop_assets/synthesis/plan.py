@@ -191,6 +191,11 @@ class Controller:
     temperature_sensitivity: float = 7.5
     max_temperature_step: float = 0.15
     temperature_range: tuple[float, float] = (0.5, 1.2)
+    # At a warm-up level in the band, the share of a capability's candidates
+    # that probe the rung above (_climb_or_probe): two of the five or so a
+    # capability gets, whose 16 rollouts are the evidence a level moves on
+    # (min_rollouts). 0 turns the probe off.
+    rung_probe_share: float = 0.4
     # How finely _weights_for_target searches the mix between the even pool
     # and the one that reaches the target admission (docs/round.md, "Synthesis":
     # the most even pool that reaches it).
@@ -202,6 +207,8 @@ class Controller:
             raise ValueError(f"band must satisfy 0 < low <= high < 1, got {self.band}")
         if not 0 <= self.min_share <= 1:
             raise ValueError(f"min_share must be in [0, 1], got {self.min_share}")
+        if not 0 <= self.rung_probe_share < 1:
+            raise ValueError(f"rung_probe_share must be in [0, 1), got {self.rung_probe_share}")
         if not 0 < self.min_operation_share <= 1:
             raise ValueError(f"min_operation_share must be in (0, 1], got {self.min_operation_share}")
         if self.temperature_sensitivity <= 0 or self.max_temperature_step <= 0:
@@ -290,7 +297,43 @@ def decide_level(current: int, evidence: Mapping[int, CellEvidence], controller:
         return _move(current, current - 1, evidence, here,
                      f"{described} is clearly below {'the band' if hi < low else f'{inner_low:.0%}, the inner band'}",
                      controller)
+    in_upper_half = _logit(here.pass_rate) + drift >= _logit((low + high) / 2)
+    if current in WARMUP_OPERATIONS and in_upper_half and controller.rung_probe_share > 0:
+        return _climb_or_probe(current, evidence, here, described, controller)
     return LevelDecision({current: 1.0}, here.admission_rate, f"level {current} kept: {described}")
+
+
+def _climb_or_probe(current: int, evidence: Mapping[int, CellEvidence], here: CellEvidence, described: str,
+                    controller: Controller) -> LevelDecision:
+    """At a warm-up level, in the band's upper half: up to the rung above once the rung's
+    own evidence puts it in the band, else a probe of the rung (unless it is
+    measured clearly below the band: a cliff, tried again once that evidence
+    fades). The warm-up level's pass rate says how well the policy copies a
+    shown command on the family's files, not how hard the family's rung is
+    (one policy's rung ranged from 1 to 10 of 16 over the capabilities),
+    and the controller holds that pass rate at the band's centre by the
+    temperature, so it seldom reads clearly above the band; the rung, at
+    the fixed temperature, is measured on its own
+    (docs/experiments/2026-12-03-temperature-per-level.md)."""
+    above = current + 1
+    there = evidence.get(above, CellEvidence())
+    low, _ = controller.band
+    inner_low, _ = _inner_band(controller)
+    if there.rollouts >= controller.min_rollouts:
+        lo, hi = wilson_interval(there.passes, there.rollouts, controller.z)
+        measured = f"level {above}'s own pass rate {there.pass_rate:.0%} (95% CI {lo:.0%}-{hi:.0%})"
+        if lo > low:
+            return _move(current, above, evidence, here, f"{measured} is in the band; level {current}'s {described}",
+                         controller)
+        if hi < inner_low:
+            return LevelDecision({current: 1.0}, here.admission_rate,
+                                 f"level {current} kept: {described}; {measured} is clearly below {inner_low:.0%}")
+    else:
+        measured = f"level {above} {there.rollouts:.0f} rollouts so far"
+    share = controller.rung_probe_share
+    return LevelDecision({current: 1 - share, above: share},
+                         here.admission_rate * (1 - share) + there.admission_rate * share,
+                         f"level {current} kept: {described}; {share:.0%} probe level {above} ({measured})")
 
 
 def _inner_band(controller: Controller) -> tuple[float, float]:
