@@ -29,6 +29,11 @@ budget taught nothing. The controller here:
   below the lowest for such an operation to move to, and training may not
   lift it for rounds (docs/experiments/2026-11-30-warmup-variant-mix.md,
   docs/experiments/2026-12-01-operation-holdback-and-0.95.md);
+- at a warm-up level in the band's upper half, probes the rung above with
+  a share of the capability's candidates and climbs once the rung's own
+  evidence is in the band (_climb_or_probe): the temperature holds the
+  warm-up pass rate near the band's centre, and it does not say how hard
+  a family's rung is;
 - tilts weight toward capabilities the diagnosis found weak, and turns the
   knobs of their generators that target the root causes it found;
 - after the schedule's rounds, chooses the rollout temperature
