@@ -19,8 +19,8 @@ from clawloop_assets.evaluation.fixed_set import is_evaluation_seed
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.synthesis.generators.generator_common import WARMUP_OPERATIONS
 from resources.openai_policy import OpenAICompatiblePolicyModel
-from resources.schemas import MIN_LEVEL
 from resources.sandbox import DockerSandbox
+from resources.schemas import MIN_LEVEL
 from resources.warehouse import DuckDBWarehouse
 
 # A candidate per capability, 4 rollouts each, a wide admission band; two training steps.
