@@ -82,11 +82,11 @@ def controller_temperature(warehouse: Warehouse, round_key: str, controller: Con
     upstream = previous_round(round_key)
     levels = warehouse.read("tasks", {"round": upstream}).select("task_id", "difficulty")
     served = [level for level in LEVELS if at_round_temperature(level)]
-    rollouts = (warehouse.read("rollouts", {"round": upstream}).join(levels, on="task_id")
-                .filter(pl.col("difficulty").is_in(served)))
+    every_level = warehouse.read("rollouts", {"round": upstream})
+    rollouts = every_level.join(levels, on="task_id").filter(pl.col("difficulty").is_in(served))
     validation = rollouts.filter(pl.col("phase") == "validation")
     if validation.is_empty():
-        if warehouse.read("rollouts", {"round": upstream, "phase": "validation"}).is_empty():
+        if (every_level["phase"] == "validation").sum() == 0:
             raise MissingUpstreamError(f"{upstream} has no validation rollouts to choose {round_key}'s temperature "
                                        f"from: materialize validation_rollouts for {upstream} first")
         # Every capability has left the levels it serves: nothing to aim with.

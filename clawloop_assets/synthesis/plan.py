@@ -310,10 +310,9 @@ def decide_level(current: int, evidence: Mapping[int, CellEvidence], controller:
 
 def _climb_or_probe(current: int, evidence: Mapping[int, CellEvidence], here: CellEvidence, described: str,
                     controller: Controller) -> LevelDecision:
-    """At a warm-up level, in the band's upper half: up to the rung above once the rung's
-    own evidence puts it in the band, else a probe of the rung (unless it is
-    measured clearly below the band: a cliff, tried again once that evidence
-    fades). The warm-up level's pass rate says how well the policy copies a
+    """At a warm-up level, in the band's upper half: up to the rung above
+    once the rung's own evidence puts it in the band, else a probe of the
+    rung (unless it is a measured cliff, _cliff_upper_bound). The warm-up level's pass rate says how well the policy copies a
     shown command on the family's files, not how hard the family's rung is
     (one policy's rung ranged from 1 to 10 of 16 over the capabilities),
     and the controller holds that pass rate at the band's centre by the
@@ -323,14 +322,14 @@ def _climb_or_probe(current: int, evidence: Mapping[int, CellEvidence], here: Ce
     above = current + 1
     there = evidence.get(above, CellEvidence())
     low, _ = controller.band
-    inner_low, _ = _inner_band(controller)
     if there.rollouts >= controller.min_rollouts:
         lo, hi = wilson_interval(there.passes, there.rollouts, controller.z)
         measured = f"level {above}'s own pass rate {there.pass_rate:.0%} (95% CI {lo:.0%}-{hi:.0%})"
         if lo > low:
             return _move(current, above, evidence, here, f"{measured} is in the band; level {current}'s {described}",
                          controller)
-        if hi < inner_low:
+        if _cliff_upper_bound(there, controller) is not None:
+            inner_low, _ = _inner_band(controller)
             return LevelDecision({current: 1.0}, here.admission_rate,
                                  f"level {current} kept: {described}; {measured} is clearly below {inner_low:.0%}")
     else:
@@ -339,6 +338,16 @@ def _climb_or_probe(current: int, evidence: Mapping[int, CellEvidence], here: Ce
     return LevelDecision({current: 1 - share, above: share},
                          here.admission_rate * (1 - share) + there.admission_rate * share,
                          f"level {current} kept: {described}; {share:.0%} probe level {above} ({measured})")
+
+
+def _cliff_upper_bound(cell: CellEvidence | None, controller: Controller) -> float | None:
+    """The upper end of a level's own 95% interval when that level is
+    measured clearly below the inner band (a cliff: neither climbed nor
+    probed until its evidence fades), else None."""
+    if cell is None or cell.rollouts < controller.min_rollouts:
+        return None
+    upper = wilson_interval(cell.passes, cell.rollouts, controller.z)[1]
+    return upper if upper < _inner_band(controller)[0] else None
 
 
 def _inner_band(controller: Controller) -> tuple[float, float]:
@@ -445,20 +454,19 @@ def choose_temperature(previous: float, validation: CellEvidence, heldout_before
 def _move(current: int, target: int, evidence: Mapping[int, CellEvidence], here: CellEvidence, why: str,
           controller: Controller) -> LevelDecision:
     there = evidence.get(target)
-    if target > current and there is not None and there.rollouts >= controller.min_rollouts:
-        # A level above that its own evidence puts clearly below the band is
-        # a cliff, not the next step: moving there would sink the
-        # capability's whole share. Its evidence is not shifted by the drift:
-        # what the policy gained where it is need not carry to the level
-        # above (a family's level -1 stayed at 0 of 48 while its level -2
-        # rose). The evidence fades with recency, and the climb is tried
-        # again, hedged, once it has.
+    # A level above that its own evidence puts clearly below the band is
+    # a cliff, not the next step: moving there would sink the
+    # capability's whole share. Its evidence is not shifted by the drift:
+    # what the policy gained where it is need not carry to the level
+    # above (a family's level -1 stayed at 0 of 48 while its level -2
+    # rose). The evidence fades with recency, and the climb is tried
+    # again, hedged, once it has.
+    cliff = _cliff_upper_bound(there, controller) if target > current else None
+    if cliff is not None:
         inner_low, _ = _inner_band(controller)
-        above = wilson_interval(there.passes, there.rollouts, controller.z)[1]
-        if above < inner_low:
-            return LevelDecision({current: 1.0}, here.admission_rate,
-                                 f"level {current} kept: {why}, but level {target} measured clearly below "
-                                 f"{inner_low:.0%} (pass rate {there.pass_rate:.0%}, 95% CI up to {above:.0%})")
+        return LevelDecision({current: 1.0}, here.admission_rate,
+                             f"level {current} kept: {why}, but level {target} measured clearly below "
+                             f"{inner_low:.0%} (pass rate {there.pass_rate:.0%}, 95% CI up to {cliff:.0%})")
     if target < current or (there is not None and there.candidates >= 2):
         return LevelDecision({target: 1.0}, (there or CellEvidence()).admission_rate,
                              f"level {current} -> {target}: {why}")
