@@ -358,3 +358,23 @@ def test_shared_prefix_batch_opens_every_row_with_the_agents_real_opening(base_c
     assert shared >= MIN_SHARED_PREFIX_TOKENS
     assert SYSTEM_PROMPT in tokenizer.decode(rows[0].token_ids[:shared])
     assert len({tuple(row.token_ids[shared:]) for row in rows}) == len(rows)  # each row its own task
+
+
+@pytest.mark.slow
+def test_run_rounds_tables_a_real_round(finished_round, tmp_path):
+    import json
+
+    from conftest import ROUND_ONE
+
+    from benchmarks import run_rounds
+
+    summary = json.loads((finished_round.home / "rounds" / ROUND_ONE / "summary.json").read_text())
+    log = tmp_path / "run.log"
+    log.write_text(f"[{ROUND_ONE}] diagnosis_report: done in 3s\n== {ROUND_ONE} finished in 4.2min ==\n")
+    header, rule, row = run_rounds.table(finished_round.home, log).splitlines()
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert len(cells) == len(run_rounds.COLUMNS) == header.count("|") - 1
+    assert cells[:3] == ["1", "4.2min", f"{summary['admitted']} / {summary['candidates']} "
+                                         f"({100 * summary['admission_rate']:.1f}%)"]
+    # Round one plans every capability at the lowest level.
+    assert cells[4] == f"-2: {summary['candidates']}" and cells[5] == "0"

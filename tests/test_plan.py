@@ -263,6 +263,7 @@ def test_the_controller_aims_the_temperature_of_the_levels_it_serves_from_their_
     """Level -2 sampled at 0.95 passed 8 of 16, the rung at 0.7 none: the
     controller reads only level -2's rollouts (0.95, 50%, and the held-out
     gain there), and with every level at the round's temperature all of them."""
+    from clawloop_assets.round_state import MissingUpstreamError
     from clawloop_assets.synthesis.evidence import controller_temperature
     from resources.warehouse import DuckDBWarehouse, table_frame
 
@@ -282,6 +283,11 @@ def test_the_controller_aims_the_temperature_of_the_levels_it_serves_from_their_
     none_served = controller_temperature(warehouse, "round-0002", loop.controller(), lambda level: level == 3)
     assert (none_served.temperature, none_served.pass_rate_shift) == (0.95, 0.0)
     assert "kept: no validation rollouts at levels [3] last round" in none_served.reason
+    # A last round whose validation never ran is no evidence of either kind: it names what to run.
+    kept = warehouse.read("rollouts", {"round": "round-0001"})
+    warehouse.replace("rollouts", kept.filter(kept["phase"] != "validation"), {"round": "round-0001"})
+    with pytest.raises(MissingUpstreamError, match="materialize validation_rollouts for round-0001"):
+        controller_temperature(warehouse, "round-0002", loop.controller(), loop.at_round_temperature)
 
 
 def test_the_drift_of_the_levels_at_the_rounds_temperature_is_measured_apart(clawloop_home):
