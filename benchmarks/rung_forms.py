@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 import shutil
 import tempfile
 import time
@@ -53,13 +54,18 @@ def oracle_command(bundle: Path) -> str:
 
 def tools_of(command: str) -> list[str]:
     """The programs a shell command runs, in order, each once; a domain
-    tool's subcommand with its script (`python3 tools.py cancel_order`)."""
-    names = []
-    for part in re.split(r"&&|\|\||[|;]", command):
-        words = part.split()
-        if not words:
-            continue
-        names.append(" ".join(words[:3]) if words[0] == "python3" and len(words) > 2 else words[0])
+    tool's subcommand with its script (`python3 tools.py cancel_order`).
+    Quoted text (an awk program's `||`) is no separator."""
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    names, words = [], []
+    for token in [*lexer, ";"]:
+        if token in ("|", "||", "&&", ";", "&"):
+            if words:
+                names.append(" ".join(words[:3]) if words[0] == "python3" and len(words) > 2 else words[0])
+            words = []
+        else:
+            words.append(token)
     return list(dict.fromkeys(names))
 
 
@@ -138,7 +144,7 @@ def form_tasks(bundles: Sequence[Path], form: str, into: Path) -> list[TaskBundl
 
 
 def measure(home: Path, checkpoints: Sequence[str], forms: Sequence[str], samples: int = 8,
-            seed: int = 7) -> list[dict]:
+            seed: int = 7, torch_threads: int = 2) -> list[dict]:
     """Per (checkpoint, form): passes and scored rollouts in all and by
     capability, on the level-0 tasks of `home`'s evaluation set at the
     loop's fixed temperature, and the same over the tasks the form changes
@@ -153,7 +159,8 @@ def measure(home: Path, checkpoints: Sequence[str], forms: Sequence[str], sample
     bundles = sorted((home / "evaluation" / "own" / "tasks").glob("*.L0.*"))
     if not bundles:
         raise ValueError(f"{home}/evaluation/own/tasks: no level-0 task (has the run evaluated a round?)")
-    policy, sandbox, settings = EmbeddedPolicyModel(), BubblewrapSandbox(), LoopConfig().agent_settings()
+    policy = EmbeddedPolicyModel(torch_threads=torch_threads)
+    sandbox, settings = BubblewrapSandbox(), LoopConfig().agent_settings()
     results = []
     for spec in checkpoints:
         path = resolve_checkpoint(None if spec == "base" else spec, policy,
@@ -195,8 +202,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("checkpoints", help="comma-separated: base, a round key, a checkpoint directory")
     parser.add_argument("forms", help="comma-separated, of " + ", ".join(FORMS))
     parser.add_argument("--samples", type=int, default=8)
+    parser.add_argument("--torch-threads", type=int, default=2, help="1 beside other runs on the same cores")
     args = parser.parse_args(argv)
-    for row in measure(args.home, args.checkpoints.split(","), args.forms.split(","), args.samples):
+    for row in measure(args.home, args.checkpoints.split(","), args.forms.split(","), args.samples,
+                       torch_threads=args.torch_threads):
         changed = "" if row["form"] not in ("bound", "blank") else \
             f"; on the {row['changed_tasks']} tasks it changes {row['changed'][0]}/{row['changed'][1]}"
         print(f"{row['checkpoint']} {row['form']}: {row['passes']}/{row['scored']}{changed} "

@@ -37,6 +37,9 @@ def test_each_form_of_one_task():
 def test_tools_of_pipelines_and_domain_tools():
     assert tools_of("tr a-z A-Z < loans.txt | sort -u > unique.txt") == ["tr", "sort"]
     assert tools_of("mkdir -p log_files && mv *.log log_files/") == ["mkdir", "mv"]
+    assert tools_of("awk 'NR==1||FNR>1' first.csv second.csv > all.csv") == ["awk"]
+    assert tools_of('sqlite3 data.db "DELETE FROM firings WHERE void"; cut -d, -f3 slots.csv|sed 1d') == [
+        "sqlite3", "cut", "sed"]
     assert tools_of("python3 tools.py cancel_order --order-id ORD-0012; python3 tools.py list_orders") == [
         "python3 tools.py cancel_order", "python3 tools.py list_orders"]
 
