@@ -123,6 +123,13 @@ class LoopConfig(dg.ConfigurableResource):
     controller_recency: float = Field(
         default=0.5, ge=0, le=1,
         description="Evidence of a round k rounds old counts recency**k, in [0, 1] (0: the last round only).")
+    weakness_tilt: float = Field(
+        default=1.0, ge=0,
+        description="A capability's weight grows by 1 + tilt x its share of the diagnosed failures, >= 0 (0: off).")
+    rung_probe_share: float = Field(
+        default=0.4, ge=0, lt=1,
+        description="At the warm-up level, in the band's upper half, the share of a capability's candidates that "
+                    "probe the rung above, in [0, 1) (0: off).")
 
     # --- diagnosis --------------------------------------------------------------------------------------------
     model_failure_summaries: bool = Field(
@@ -248,6 +255,8 @@ class LoopConfig(dg.ConfigurableResource):
             target_admission=self.target_admission_rate,
             min_share=self.min_capability_share,
             recency=self.controller_recency,
+            weakness_tilt=self.weakness_tilt,
+            rung_probe_share=self.rung_probe_share,
         )
 
     def training_job_config(self, job: str) -> dict:

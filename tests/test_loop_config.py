@@ -77,6 +77,8 @@ BAD_VALUES = {
     "target_admission_rate": [0, 1.5],
     "min_capability_share": [-0.1, 1.1],
     "controller_recency": [-0.5, 2],
+    "weakness_tilt": [-1],
+    "rung_probe_share": [-0.1, 1],
     "model_failure_summaries": ["no"],
     "diagnose_unsolved_candidates": [0],
     "summary_probe": [-1],

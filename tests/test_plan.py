@@ -30,14 +30,15 @@ assert PAPER.band == (1 / 8, 5 / 8)
 
 
 def test_the_controllers_knobs_come_from_loop_config_alone():
-    """LoopConfig is the one place the four knobs it sets have defaults."""
+    """LoopConfig is the one place the six knobs it sets have defaults."""
     required = {f.name for f in fields(Controller) if f.default is MISSING and f.default_factory is MISSING}
-    assert required == {"band", "target_admission", "min_share", "recency"}
+    assert required == {"band", "target_admission", "min_share", "recency", "weakness_tilt", "rung_probe_share"}
     with pytest.raises(TypeError):
         Controller()
     loop = LoopConfig(rollouts_per_task=10, admission_low=2, admission_high=6, target_admission_rate=0.6,
-                      min_capability_share=0.1, controller_recency=0.25)
-    assert loop.controller() == Controller(band=(0.2, 0.6), target_admission=0.6, min_share=0.1, recency=0.25)
+                      min_capability_share=0.1, controller_recency=0.25, weakness_tilt=0.0, rung_probe_share=0.0)
+    assert loop.controller() == Controller(band=(0.2, 0.6), target_admission=0.6, min_share=0.1, recency=0.25,
+                                           weakness_tilt=0.0, rung_probe_share=0.0)
 
 
 def test_first_plan_starts_at_the_lowest_level_with_the_whole_budget():

@@ -161,10 +161,11 @@ def wilson_interval(successes: float, trials: float, z: float = 1.96) -> tuple[f
 class Controller:
     """The controller's settings.
 
-    The first four are the method's knobs and come from LoopConfig, the one
+    The first six are the method's knobs and come from LoopConfig, the one
     place their defaults live (LoopConfig.controller(); docs/round.md, "The
-    knobs of a round"): build a Controller with `loop.controller()`, or give
-    all four. `band` is the admission band as pass-rate fractions (N_l/N,
+    knobs of a round"), so that a run can switch a feature off from the
+    launchpad (its ablation): build a Controller with `loop.controller()`,
+    or give all six. `band` is the admission band as pass-rate fractions (N_l/N,
     N_h/N): a task whose rollouts pass more often than N_h/N is mostly too
     easy, less often than N_l/N mostly unsolved.
 
@@ -173,20 +174,26 @@ class Controller:
     it links say why."""
 
     # From LoopConfig: admission_low/admission_high over rollouts_per_task,
-    # target_admission_rate, min_capability_share, controller_recency.
+    # target_admission_rate, min_capability_share, controller_recency,
+    # weakness_tilt, rung_probe_share.
     band: tuple[float, float]
     target_admission: float
     min_share: float
     # Evidence of a round k rounds old counts recency**k: the policy changes every round.
     recency: float
+    # Weight given to diagnosed weakness: w *= 1 + weakness_tilt * failure_share
+    # (docs/round.md, "The plan follows the report"). 0 turns the tilt off.
+    weakness_tilt: float
+    # At a warm-up level in the band, the share of a capability's candidates
+    # that probe the rung above (_climb_or_probe): two of the five or so a
+    # capability gets, whose 16 rollouts are the evidence a level moves on
+    # (min_rollouts). 0 turns the probe off.
+    rung_probe_share: float
     # Rollouts (recency-weighted) needed before a level may move at all, and
     # the Wilson interval's z (95%): a level moves only on clear evidence
     # (docs/round.md, "Synthesis").
     min_rollouts: float = 16.0
     z: float = 1.96
-    # Weight given to diagnosed weakness: w *= 1 + weakness_tilt * failure_share
-    # (docs/round.md, "The plan follows the report").
-    weakness_tilt: float = 1.0
     # A warm-up operation held back (clearly below the band) keeps this share of its level's candidates
     # (docs/experiments/2026-12-01-operation-holdback-and-0.95.md).
     min_operation_share: float = 0.1
@@ -196,11 +203,6 @@ class Controller:
     temperature_sensitivity: float = 7.5
     max_temperature_step: float = 0.15
     temperature_range: tuple[float, float] = (0.5, 1.2)
-    # At a warm-up level in the band, the share of a capability's candidates
-    # that probe the rung above (_climb_or_probe): two of the five or so a
-    # capability gets, whose 16 rollouts are the evidence a level moves on
-    # (min_rollouts). 0 turns the probe off.
-    rung_probe_share: float = 0.4
     # How finely _weights_for_target searches the mix between the even pool
     # and the one that reaches the target admission (docs/round.md, "Synthesis":
     # the most even pool that reaches it).
@@ -212,6 +214,8 @@ class Controller:
             raise ValueError(f"band must satisfy 0 < low <= high < 1, got {self.band}")
         if not 0 <= self.min_share <= 1:
             raise ValueError(f"min_share must be in [0, 1], got {self.min_share}")
+        if self.weakness_tilt < 0:
+            raise ValueError(f"weakness_tilt must be >= 0, got {self.weakness_tilt}")
         if not 0 <= self.rung_probe_share < 1:
             raise ValueError(f"rung_probe_share must be in [0, 1), got {self.rung_probe_share}")
         if not 0 < self.min_operation_share <= 1:
