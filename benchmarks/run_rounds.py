@@ -1,6 +1,7 @@
 """A run's rounds in one table, as issue 26's studies report them: the
 admission rate, the warm-up temperature, the plan's candidates by level,
-the capabilities planned at level 0 or above, the validation pass counts of
+the capabilities planned at level 0 or above and those at the rung (-1)
+with all or part of their candidates, the validation pass counts of
 the rung (-1) and of level 0 and up, the held-out split before and after
 training, and the evaluation set by level with its 95% intervals.
 
@@ -26,7 +27,7 @@ from typing import Sequence
 import duckdb
 
 COLUMNS = ("round", "wall", "admitted / candidates", "T at -2", "candidates by level", "caps at >= 0",
-           "validation -1", "validation >= 0", "E_k before -> after", "eval -2", "eval -1", "eval 0", "eval 1")
+           "caps at -1: whole, part", "validation -1", "validation >= 0", "E_k before -> after", "eval -2", "eval -1", "eval 0", "eval 1")
 _FINISHED = re.compile(r"== (round-\d+) finished in (.+?) ==")
 
 
@@ -44,7 +45,7 @@ def round_walls(log: Path) -> dict[str, str]:
     return walls
 
 
-def _warehouse_figures(home: Path) -> tuple[dict, dict, dict]:
+def _warehouse_figures(home: Path) -> tuple[dict, dict, dict, dict]:
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "warehouse.duckdb"
         shutil.copyfile(home / "warehouse.duckdb", copy)
@@ -56,6 +57,10 @@ def _warehouse_figures(home: Path) -> tuple[dict, dict, dict]:
                 planned.setdefault(key, {})[level] = int(count)
             climbed = dict(db.sql("SELECT round, count(DISTINCT capability_id) FROM synthesis_plans "
                                   "WHERE difficulty >= 0 AND candidates > 0 GROUP BY 1").fetchall())
+            on_rung = {key: (int(whole), int(part)) for key, whole, part in db.sql(
+                "SELECT round, count(*) FILTER (WHERE low = -1), count(*) FILTER (WHERE low < -1 AND high >= -1) "
+                "FROM (SELECT round, capability_id, min(difficulty) AS low, max(difficulty) AS high "
+                "FROM synthesis_plans WHERE candidates > 0 GROUP BY 1, 2) GROUP BY 1").fetchall()}
             validation: dict[str, dict[int, tuple[int, int]]] = {}
             for key, level, passes, scored in db.sql(
                     "SELECT a.round, t.difficulty, sum(a.pass_count), sum(a.scored_rollouts) FROM admissions a "
@@ -63,13 +68,13 @@ def _warehouse_figures(home: Path) -> tuple[dict, dict, dict]:
                 validation.setdefault(key, {})[level] = (int(passes), int(scored))
         finally:
             db.close()
-    return planned, climbed, validation
+    return planned, climbed, on_rung, validation
 
 
 def table(home: Path, log: Path | None = None) -> str:
     """The markdown table of the run at `home`, one row per round with a summary."""
     walls = round_walls(log) if log else {}
-    planned, climbed, validation = _warehouse_figures(home)
+    planned, climbed, on_rung, validation = _warehouse_figures(home)
     rows = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for path in sorted((home / "rounds").glob("round-*/summary.json")):
         summary = json.loads(path.read_text(encoding="utf-8"))
@@ -86,7 +91,7 @@ def table(home: Path, log: Path | None = None) -> str:
             f"{summary['admitted']} / {summary['candidates']} ({_percent(summary['admission_rate'])}%)",
             f"{summary['rollout_temperature']:.2f}",
             ", ".join(f"{level}: {count}" for level, count in sorted(planned.get(key, {}).items())),
-            str(climbed.get(key, 0)),
+            str(climbed.get(key, 0)), "%d, %d" % on_rung.get(key, (0, 0)),
             "%d/%d" % counts[-1] if -1 in counts else "-",
             "%d/%d" % (sum(p for p, _ in above), sum(n for _, n in above)) if above else "-",
             f"{_percent(summary['heldout_pass_rate_before'])} -> {_percent(summary['heldout_pass_rate_after'])}",

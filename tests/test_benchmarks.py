@@ -377,4 +377,4 @@ def test_run_rounds_tables_a_real_round(finished_round, tmp_path):
     assert cells[:3] == ["1", "4.2min", f"{summary['admitted']} / {summary['candidates']} "
                                          f"({100 * summary['admission_rate']:.1f}%)"]
     # Round one plans every capability at the lowest level.
-    assert cells[4] == f"-2: {summary['candidates']}" and cells[5] == "0"
+    assert cells[4] == f"-2: {summary['candidates']}" and cells[5] == "0" and cells[6] == "0, 0"
