@@ -81,7 +81,9 @@ def table(home: Path, log: Path | None = None) -> str:
         key, by_level = summary["round"], summary["evaluation_by_level"]
 
         def evaluation(level: str) -> str:
-            cell = by_level[level]
+            cell = by_level.get(level)  # a round's evaluation_levels may leave a level out
+            if cell is None:
+                return "-"
             return f"{_percent(cell['pass_at_1'])} [{_percent(cell['ci_low'])}, {_percent(cell['ci_high'])}]"
 
         counts = validation.get(key, {})

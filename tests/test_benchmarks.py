@@ -378,3 +378,8 @@ def test_run_rounds_tables_a_real_round(finished_round, tmp_path):
                                          f"({100 * summary['admission_rate']:.1f}%)"]
     # Round one plans every capability at the lowest level.
     assert cells[4] == f"-2: {summary['candidates']}" and cells[5] == "0" and cells[6] == "0, 0"
+    # The evaluation by level: each level the round evaluated with its interval, the others "-".
+    for level, cell in zip(("-2", "-1", "0", "1"), cells[-4:]):
+        evaluated = summary["evaluation_by_level"].get(level)
+        assert cell == ("-" if evaluated is None else f"{100 * evaluated['pass_at_1']:.1f} "
+                        f"[{100 * evaluated['ci_low']:.1f}, {100 * evaluated['ci_high']:.1f}]")
