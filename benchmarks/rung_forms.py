@@ -35,7 +35,7 @@ from typing import Callable, Sequence
 from clawloop_assets.evaluation.task_dir import resolve_checkpoint
 from clawloop_assets.harness.agent_loop import judged_reward, run_rollouts
 from clawloop_assets.loop_config import LoopConfig
-from clawloop_assets.synthesis.generators.generator_common import SOLUTION_HEADER
+from clawloop_assets.synthesis.generators.generator_common import shown_command, with_help
 from clawloop_assets.task_bundle import TaskBundle, load_task_bundle
 from resources.warehouse import DuckDBWarehouse
 
@@ -45,11 +45,12 @@ _MIN_NAME = 3
 
 
 def oracle_command(bundle: Path) -> str:
-    """The task's oracle command, its solution's lines joined by "; " (as level -1 shows it)."""
-    solution = (bundle / "solution" / "solve.sh").read_text(encoding="utf-8")
-    if not solution.startswith(SOLUTION_HEADER):
-        raise ValueError(f"{bundle / 'solution/solve.sh'}: no generated solution")
-    return "; ".join(line.strip() for line in solution[len(SOLUTION_HEADER):].splitlines() if line.strip())
+    """The task's oracle command as level -1 shows it (generator_common.shown_command)."""
+    path = bundle / "solution" / "solve.sh"
+    try:
+        return shown_command(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ValueError(f"{path}: no generated solution of one short command ({exc})") from None
 
 
 def tools_of(command: str) -> list[str]:
@@ -80,21 +81,16 @@ def _last_name(command: str, instruction: str) -> tuple[list[str], int] | None:
     return None
 
 
-def _append(instruction: str, help_text: str) -> str:
-    instruction = instruction.strip()
-    return instruction + ("\n\n" if "\n" in instruction else " ") + help_text + "\n"
-
-
 def _words(instruction: str, command: str) -> str:
     return instruction.strip() + "\n"
 
 
 def _shown(instruction: str, command: str) -> str:
-    return _append(instruction, "Run: " + command)
+    return with_help(instruction, "Run: " + command)
 
 
 def _tool(instruction: str, command: str) -> str:
-    return _append(instruction, "Use " + " and ".join(tools_of(command)) + ".")
+    return with_help(instruction, "Use " + " and ".join(tools_of(command)) + ".")
 
 
 def _bound(instruction: str, command: str) -> str:
@@ -104,7 +100,7 @@ def _bound(instruction: str, command: str) -> str:
     words, index = found
     name = words[index].strip("'\"")
     words[index] = "OUT"
-    return _append(instruction, "Run: " + "".join(words) + " (OUT is " + name + ")")
+    return with_help(instruction, "Run: " + "".join(words) + " (OUT is " + name + ")")
 
 
 def _blank(instruction: str, command: str) -> str:
@@ -113,7 +109,7 @@ def _blank(instruction: str, command: str) -> str:
         return _shown(instruction, command)
     words, index = found
     words[index] = "___"
-    return _append(instruction, "Fill in the blank and run: " + "".join(words))
+    return with_help(instruction, "Fill in the blank and run: " + "".join(words))
 
 
 # Form -> (instruction, oracle command) -> the instruction the agent gets.

@@ -251,19 +251,26 @@ def one_step_task(rng, params, workspace):
 
 def shown_command_task(task):
     """Level -1: `task` (the family's level 0) with its solution's command
-    appended to the instruction as level -2 shows one (" Run: ..."; on a
-    paragraph of its own after an instruction of several lines). A level-0
-    solution is one or two short shell lines; anything longer is no command
-    to copy and raises."""
-    solution = task["solution"]
+    appended to the instruction as level -2 shows one (" Run: ...")."""
+    return dict(task, instruction=with_help(task["instruction"], "Run: " + shown_command(task["solution"])))
+
+
+def shown_command(solution):
+    """A level-0 solution's command as level -1 shows it: its one or two
+    short shell lines joined by "; ". Anything longer is no command to copy
+    and raises."""
     lines = [line for line in solution[len(SOLUTION_HEADER):].splitlines() if line.strip()]
     if not solution.startswith(SOLUTION_HEADER) or not lines or len(lines) > 2 or any("<<" in line or "#" in line for line in lines):
         raise ValueError("level -1 shows level 0's command, and this level-0 solution is no short command: %r"
-                         % task["solution"])
-    command = "; ".join(line.strip() for line in lines)
-    instruction = task["instruction"].strip()
-    separator = "\n\n" if "\n" in instruction else " "
-    return dict(task, instruction=instruction + separator + "Run: " + command + "\n")
+                         % solution)
+    return "; ".join(line.strip() for line in lines)
+
+
+def with_help(instruction, help_text):
+    """`instruction` with `help_text` appended: after a space, or on a
+    paragraph of its own after an instruction of several lines."""
+    instruction = instruction.strip()
+    return instruction + ("\n\n" if "\n" in instruction else " ") + help_text + "\n"
 
 
 # ---- oracle solutions: real scripts under oracles/<family>/, beside this module
