@@ -98,16 +98,16 @@ def test_levels_move_only_on_clear_evidence_and_by_one():
 def test_a_warm_up_level_in_the_bands_upper_half_probes_the_rung_and_climbs_on_its_own_evidence():
     """The temperature holds the warm-up level near the band's centre, so it
     seldom reads clearly above it: a capability in the upper half of the
-    band puts 40% of its candidates on the rung, and moves there once the
-    rung's own evidence is in the band."""
+    band puts a fifth of its candidates on the rung, and moves there once
+    the rung's own evidence is in the band."""
     upper_half = cell(20, 40, 4, 5)  # 50%: in the band's upper half, not clearly above the inner band
     probe = decide_level(-2, {-2: upper_half}, PAPER)
-    assert probe.levels == {-2: 0.6, -1: 0.4} and "40% probe level -1 (level -1 0 rollouts so far)" in probe.reason
+    assert probe.levels == {-2: 0.8, -1: 0.2} and "20% probe level -1 (level -1 0 rollouts so far)" in probe.reason
     # The rung measured in the band (6 of 16: 95% CI 18%-61%): the whole capability moves up.
     climb = decide_level(-2, {-2: upper_half, -1: cell(6, 16, 1, 2)}, PAPER)
     assert climb.levels == {-1: 1.0} and "level -1's own pass rate 38% (95% CI 18%-61%) is in the band" in climb.reason
     # Not clearly in the band (3 of 16: 95% CI 7%-43%): probed again; clearly below it (0 of 16): a cliff, not probed.
-    assert decide_level(-2, {-2: upper_half, -1: cell(3, 16, 1, 2)}, PAPER).levels == {-2: 0.6, -1: 0.4}
+    assert decide_level(-2, {-2: upper_half, -1: cell(3, 16, 1, 2)}, PAPER).levels == {-2: 0.8, -1: 0.2}
     cliff = decide_level(-2, {-2: upper_half, -1: cell(0, 16, 0, 2)}, PAPER)
     assert cliff.levels == {-2: 1.0} and "is clearly below 25%" in cliff.reason
     # In the lower half, at a level that is no warm-up, or with the probe off: kept whole.
@@ -116,6 +116,51 @@ def test_a_warm_up_level_in_the_bands_upper_half_probes_the_rung_and_climbs_on_i
     assert decide_level(-2, {-2: upper_half}, replace(PAPER, rung_probe_share=0.0)).levels == {-2: 1.0}
     with pytest.raises(ValueError, match="rung_probe_share must be in"):
         replace(PAPER, rung_probe_share=1.0)
+
+
+def test_a_capability_with_too_little_rung_evidence_of_its_own_reads_the_rung_pooled():
+    """One probe candidate gives a capability 8 rollouts of the rung a round,
+    and with recency 0.5 its own evidence never reaches the 16 a move needs;
+    the rung pooled over every capability decides for it, both ways."""
+    upper_half = cell(20, 40, 4, 5)
+    own_probe = cell(1, 8, 1, 1)
+    # Pooled 30 of 96 (95% CI 23%-41%): in the band; one candidate of its own, so half moves (the hedge).
+    climb = decide_level(-2, {-2: upper_half, -1: own_probe}, PAPER, pooled={-1: cell(30, 96, 8, 12)})
+    assert climb.levels == {-2: 0.5, -1: 0.5}
+    assert "level -1's pooled pass rate 31% (95% CI 23%-41%) is in the band" in climb.reason
+    # Pooled 6 of 96 (95% CI up to 13%): a cliff for every capability that has not measured otherwise.
+    cliff = decide_level(-2, {-2: upper_half, -1: own_probe}, PAPER, pooled={-1: cell(6, 96, 3, 12)})
+    assert cliff.levels == {-2: 1.0} and "level -1's pooled pass rate 6%" in cliff.reason
+    # The same cliff stops a move up that the level's own pass rate asks for.
+    above_band = cell(38, 40, 0, 5)
+    blocked = decide_level(-2, {-2: above_band}, PAPER, pooled={-1: cell(6, 96, 3, 12)})
+    assert blocked.levels == {-2: 1.0} and "(pooled pass rate 6%, 95% CI up to 13%)" in blocked.reason
+    # Its own evidence, once enough, outranks the pool either way.
+    assert decide_level(-2, {-2: upper_half, -1: cell(7, 16, 2, 2)}, PAPER,
+                        pooled={-1: cell(6, 96, 3, 12)}).levels == {-1: 1.0}
+    assert decide_level(-2, {-2: upper_half, -1: cell(0, 16, 0, 2)}, PAPER,
+                        pooled={-1: cell(30, 96, 8, 12)}).levels == {-2: 1.0}
+    # Between the two (pooled 17 of 96: 95% CI 11%-27%): probed again.
+    assert decide_level(-2, {-2: upper_half, -1: own_probe}, PAPER,
+                        pooled={-1: cell(17, 96, 5, 12)}).levels == {-2: 0.8, -1: 0.2}
+
+
+def test_next_plan_pools_each_levels_evidence_over_the_capabilities():
+    """next_plan sums each level's evidence over the capabilities it plans:
+    three capabilities whose rung probes passed 3 of 8 each (9 of 24 pooled,
+    95% CI 21%-56%) move up, hedged, where each alone would probe again."""
+    L = MIN_LEVEL  # noqa: N806
+    evidence = {}
+    for capability in ("a", "b", "c"):
+        evidence[(capability, L)] = cell(20, 40, 4, 5)
+        evidence[(capability, L + 1)] = cell(3, 8, 1, 1)
+    plan = next_plan(["a", "b", "c"], {c: L for c in "abc"}, evidence, {}, 30, PAPER)
+    for capability in "abc":
+        shares = {e.difficulty: e.weight for e in plan if e.capability_id == capability}
+        assert set(shares) == {L, L + 1} and shares[L] == pytest.approx(shares[L + 1])
+    assert all("pooled pass rate 38%" in e.reason for e in plan)
+    alone = next_plan(["a"], {"a": L}, {k: v for k, v in evidence.items() if k[0] == "a"}, {}, 10, PAPER)
+    assert {e.difficulty: e.candidates for e in alone} == {L: 8, L + 1: 2}
 
 
 def test_plan_follows_the_evidence_and_keeps_every_capability_in_the_pool():
@@ -201,32 +246,51 @@ def open_loop(plan, history, candidates):
             for e in plan]
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_the_controller_converges_on_the_admission_band_without_overshoot(seed):
+SIMULATED_SEEDS = range(24)
+
+
+def overshoot(planner) -> tuple[float, float, float]:
+    """Over SIMULATED_SEEDS, from round 3 on: (mean admission rate, share of
+    rounds under 50%, share of round-to-round drops over 10 points). A
+    round's admission rate over 256 candidates has a standard error of about
+    3 points, so one seed's 10-point drop can be sampling alone: the check
+    is over many seeds, not a promise about each."""
+    settled, low, drops, pairs = [], 0, 0, 0
+    for seed in SIMULATED_SEEDS:
+        rates, _ = simulate(planner, seed=seed)
+        rounds = rates[2:]
+        settled += rounds
+        low += sum(rate < 0.5 for rate in rounds)
+        drops += sum(later < earlier - 0.10 for earlier, later in zip(rounds, rounds[1:]))
+        pairs += len(rounds) - 1
+    return sum(settled) / len(settled), low / len(settled), drops / pairs
+
+
+def test_the_controller_converges_on_the_admission_band_without_overshoot():
     """Six capabilities from hopeless to easy at the lowest level, each getting better
     every round it trains. The best level at any moment admits about 65%
     (a task's 8 passes land in [1, 5] that often at the best pass rate): from
-    round 3 on the controller stays near it and never drops 10 points."""
-    rates, plans = simulate(closed_loop, seed=seed)
-    settled = rates[2:]
-    assert min(settled) >= 0.5, rates
-    assert all(later >= earlier - 0.10 for earlier, later in zip(settled, settled[1:])), rates
-    assert sum(settled[-3:]) / 3 >= rates[0], rates  # it did not get worse than where it started
-    for plan in plans:
-        share = {}
-        for e in plan:
-            share[e.capability_id] = share.get(e.capability_id, 0) + e.candidates
-        assert min(share.values()) >= math.ceil(0.05 * 64), share  # no capability squeezed out
-    for before, after in zip(plans, plans[1:]):
-        b, a = primary_levels(before), primary_levels(after)
-        assert all(abs(a[c] - b[c]) <= 1 for c in CAPS)
+    round 3 on the controller stays near it, seldom under 50%, seldom
+    dropping 10 points in a round."""
+    mean, low, drops = overshoot(closed_loop)
+    assert mean >= 0.6 and low <= 0.02 and drops <= 0.06, (mean, low, drops)
+    for seed in range(6):
+        rates, plans = simulate(closed_loop, seed=seed)
+        assert sum(rates[-3:]) / 3 >= rates[0], rates  # it did not get worse than where it started
+        for plan in plans:
+            share = {}
+            for e in plan:
+                share[e.capability_id] = share.get(e.capability_id, 0) + e.candidates
+            assert min(share.values()) >= math.ceil(0.05 * 64), share  # no capability squeezed out
+        for before, after in zip(plans, plans[1:]):
+            b, a = primary_levels(before), primary_levels(after)
+            assert all(abs(a[c] - b[c]) <= 1 for c in CAPS)
 
 
 def test_open_loop_growth_overshoots_under_the_same_policy():
     """The same check fails for the paper's open-loop growth: the test can tell."""
-    rates, _ = simulate(open_loop, seed=0)
-    settled = rates[2:]
-    assert min(settled) < 0.5 or any(later < earlier - 0.10 for earlier, later in zip(settled, settled[1:])), rates
+    mean, low, drops = overshoot(open_loop)
+    assert mean < 0.6 and low > 0.02 and drops > 0.06, (mean, low, drops)
 
 
 def _round_at_two_temperatures(warehouse, key: str, warmup_passes: int, rung_passes: int) -> None:
@@ -354,9 +418,9 @@ def test_round_two_plan_follows_round_one_evidence_and_report(clawloop_home):
     plan = next_plan(list(passes), levels, evidence, failure_share, 30, loop.controller(), drift, causes)
     by = {(e.capability_id, e.difficulty): e for e in plan}
     assert ("easy", L + 1) in by and ("easy", L) in by and "clearly above the band" in by[("easy", L + 1)].reason
-    # "band" (3 of 8, the band's centre) keeps its level and probes the rung above with 40% of its candidates.
+    # "band" (3 of 8, the band's centre) keeps its level and probes the rung above with 20% of its candidates.
     band = by[("band", L)].candidates + by[("band", L + 1)].candidates
-    assert band > by[("hard", L)].candidates >= 2 and "40% probe level -1" in by[("band", L + 1)].reason
+    assert band > by[("hard", L)].candidates >= 2 and "20% probe level -1" in by[("band", L + 1)].reason
     assert "100% of diagnosed failures" in by[("hard", L)].reason
     # The report's root cause names the knob that targets it, for that capability
     # only; at a warm-up level the plan says so and turns none.

@@ -30,10 +30,12 @@ budget taught nothing. The controller here:
   lift it for rounds (docs/experiments/2026-11-30-warmup-variant-mix.md,
   docs/experiments/2026-12-01-operation-holdback-and-0.95.md);
 - at a warm-up level in the band's upper half, probes the rung above with
-  a share of the capability's candidates and climbs once the rung's own
+  a share of the capability's candidates and climbs once the rung's
   evidence is in the band (_climb_or_probe): the temperature holds the
   warm-up pass rate near the band's centre, and it does not say how hard
-  a family's rung is;
+  a family's rung is. The rung's evidence is the capability's own once it
+  has enough, else the rung's pooled over the capabilities still below it
+  (_rung_evidence);
 - tilts weight toward capabilities the diagnosis found weak, and turns the
   knobs of their generators that target the root causes it found;
 - after the schedule's rounds, chooses the rollout temperature
@@ -185,9 +187,9 @@ class Controller:
     # (docs/round.md, "The plan follows the report"). 0 turns the tilt off.
     weakness_tilt: float
     # At a warm-up level in the band, the share of a capability's candidates
-    # that probe the rung above (_climb_or_probe): two of the five or so a
-    # capability gets, whose 16 rollouts are the evidence a level moves on
-    # (min_rollouts). 0 turns the probe off.
+    # that probe the rung above (_climb_or_probe): one of the five or so a
+    # capability gets; the probes of all capabilities together measure the
+    # rung (_rung_evidence). 0 turns the probe off.
     rung_probe_share: float
     # Rollouts (recency-weighted) needed before a level may move at all, and
     # the Wilson interval's z (95%): a level moves only on clear evidence
@@ -275,9 +277,12 @@ def estimate_drift(rounds: Sequence[Mapping[tuple[str, int], CellEvidence]], min
 
 
 def decide_level(current: int, evidence: Mapping[int, CellEvidence], controller: Controller,
-                 drift: float = 0.0) -> LevelDecision:
+                 drift: float = 0.0, pooled: Mapping[int, CellEvidence] | None = None) -> LevelDecision:
     """Where one capability goes next, from its current (primary) level.
-    `drift` (logits) shifts the measured pass rate to the policy that will run."""
+    `drift` (logits) shifts the measured pass rate to the policy that will
+    run; `pooled` is each level's evidence summed over the capabilities
+    still below it (_rung_evidence)."""
+    pooled = pooled or {}
     low, high = controller.band
     here = evidence.get(current, CellEvidence())
     rate = here.pass_rate
@@ -301,37 +306,37 @@ def decide_level(current: int, evidence: Mapping[int, CellEvidence], controller:
     if current < MAX_LEVEL and lo > inner_high:
         return _move(current, current + 1, evidence, here,
                      f"{described} is clearly above {'the band' if lo > high else f'{inner_high:.0%}, the inner band'}",
-                     controller)
+                     controller, pooled)
     if current > MIN_LEVEL and hi < inner_low:
         return _move(current, current - 1, evidence, here,
                      f"{described} is clearly below {'the band' if hi < low else f'{inner_low:.0%}, the inner band'}",
-                     controller)
+                     controller, pooled)
     in_upper_half = _logit(here.pass_rate) + drift >= _logit((low + high) / 2)
     if current in WARMUP_OPERATIONS and in_upper_half and controller.rung_probe_share > 0:
-        return _climb_or_probe(current, evidence, here, described, controller)
+        return _climb_or_probe(current, evidence, here, described, controller, pooled)
     return LevelDecision({current: 1.0}, here.admission_rate, f"level {current} kept: {described}")
 
 
 def _climb_or_probe(current: int, evidence: Mapping[int, CellEvidence], here: CellEvidence, described: str,
-                    controller: Controller) -> LevelDecision:
+                    controller: Controller, pooled: Mapping[int, CellEvidence]) -> LevelDecision:
     """At a warm-up level, in the band's upper half: up to the rung above
-    once the rung's own evidence puts it in the band, else a probe of the
-    rung (unless it is a measured cliff, _cliff_upper_bound). The warm-up level's pass rate says how well the policy copies a
-    shown command on the family's files, not how hard the family's rung is
-    (one policy's rung ranged from 1 to 10 of 16 over the capabilities),
-    and the controller holds that pass rate at the band's centre by the
+    once the rung's evidence (_rung_evidence) puts it in the band, else a
+    probe of the rung (unless it is a measured cliff, _cliff_upper_bound).
+    The warm-up level's pass rate says how well the policy copies a shown
+    command on the family's files, not how hard the family's rung is, and
+    the controller holds that pass rate at the band's centre by the
     temperature, so it seldom reads clearly above the band; the rung, at
     the fixed temperature, is measured on its own
     (docs/experiments/2026-12-03-temperature-per-level.md)."""
     above = current + 1
-    there = evidence.get(above, CellEvidence())
+    there, whose = _rung_evidence(evidence.get(above), pooled.get(above), controller)
     low, _ = controller.band
     if there.rollouts >= controller.min_rollouts:
         lo, hi = wilson_interval(there.passes, there.rollouts, controller.z)
-        measured = f"level {above}'s own pass rate {there.pass_rate:.0%} (95% CI {lo:.0%}-{hi:.0%})"
+        measured = f"level {above}'s {whose} pass rate {there.pass_rate:.0%} (95% CI {lo:.0%}-{hi:.0%})"
         if lo > low:
             return _move(current, above, evidence, here, f"{measured} is in the band; level {current}'s {described}",
-                         controller)
+                         controller, pooled)
         if _cliff_upper_bound(there, controller) is not None:
             inner_low, _ = _inner_band(controller)
             return LevelDecision({current: 1.0}, here.admission_rate,
@@ -342,6 +347,23 @@ def _climb_or_probe(current: int, evidence: Mapping[int, CellEvidence], here: Ce
     return LevelDecision({current: 1 - share, above: share},
                          here.admission_rate * (1 - share) + there.admission_rate * share,
                          f"level {current} kept: {described}; {share:.0%} probe level {above} ({measured})")
+
+
+def _rung_evidence(own: CellEvidence | None, pooled: CellEvidence | None,
+                   controller: Controller) -> tuple[CellEvidence, str]:
+    """(evidence, whose) a move onto a level above reads: the capability's
+    own once it has `min_rollouts`, else the level's pooled over the
+    capabilities still below it (next_plan). A probe of one candidate per
+    capability gives each only 8 rollouts a round, too few to move on and,
+    with the evidence fading by recency, never enough; together they
+    measure the rung in one round (every family's rung is its own level-0
+    command shown). Families' rungs do differ (one policy's ranged from 1
+    to 10 of 16), so a capability's own evidence, once it has enough,
+    decides for it either way."""
+    own = own or CellEvidence()
+    if own.rollouts >= controller.min_rollouts or pooled is None or pooled.rollouts <= own.rollouts:
+        return own, "own"
+    return pooled, "pooled"
 
 
 def _cliff_upper_bound(cell: CellEvidence | None, controller: Controller) -> float | None:
@@ -456,7 +478,7 @@ def choose_temperature(previous: float, validation: CellEvidence, heldout_before
 
 
 def _move(current: int, target: int, evidence: Mapping[int, CellEvidence], here: CellEvidence, why: str,
-          controller: Controller) -> LevelDecision:
+          controller: Controller, pooled: Mapping[int, CellEvidence]) -> LevelDecision:
     there = evidence.get(target)
     # A level above that its own evidence puts clearly below the band is
     # a cliff, not the next step: moving there would sink the
@@ -465,12 +487,13 @@ def _move(current: int, target: int, evidence: Mapping[int, CellEvidence], here:
     # above (a family's level -1 stayed at 0 of 48 while its level -2
     # rose). The evidence fades with recency, and the climb is tried
     # again, hedged, once it has.
-    cliff = _cliff_upper_bound(there, controller) if target > current else None
+    measured, whose = _rung_evidence(there, pooled.get(target), controller)
+    cliff = _cliff_upper_bound(measured, controller) if target > current else None
     if cliff is not None:
         inner_low, _ = _inner_band(controller)
         return LevelDecision({current: 1.0}, here.admission_rate,
                              f"level {current} kept: {why}, but level {target} measured clearly below "
-                             f"{inner_low:.0%} (pass rate {there.pass_rate:.0%}, 95% CI up to {cliff:.0%})")
+                             f"{inner_low:.0%} ({whose} pass rate {measured.pass_rate:.0%}, 95% CI up to {cliff:.0%})")
     if target < current or (there is not None and there.candidates >= 2):
         return LevelDecision({target: 1.0}, (there or CellEvidence()).admission_rate,
                              f"level {current} -> {target}: {why}")
@@ -506,11 +529,18 @@ def next_plan(
         level, {op: cell for (lv, op), cell in (operation_evidence or {}).items() if lv == level}, controller,
         drift_at(level))
         for level in WARMUP_OPERATIONS}
+    # Each level's evidence from the capabilities still below it (_rung_evidence):
+    # those that have climbed onto it are the ones that found it easier.
+    pooled: dict[int, CellEvidence] = {}
+    for (capability, level), cell in evidence.items():
+        if capability in capabilities and current_levels.get(capability, MIN_LEVEL) < level:
+            pooled.setdefault(level, CellEvidence()).add(1.0, cell.passes, cell.rollouts, cell.admitted,
+                                                         cell.candidates)
     decisions = {}
     for capability in capabilities:
         by_level = {level: cell for (c, level), cell in evidence.items() if c == capability}
         current = current_levels.get(capability, MIN_LEVEL)
-        decisions[capability] = decide_level(current, by_level, controller, drift_at(current))
+        decisions[capability] = decide_level(current, by_level, controller, drift_at(current), pooled)
     expected = {c: d.expected_admission for c, d in decisions.items()}
     tilt = {c: 1.0 + controller.weakness_tilt * failure_share.get(c, 0.0) for c in capabilities}
     weights, evenness = _weights_for_target(expected, tilt, controller)
