@@ -508,6 +508,7 @@ def disk_quota(
     # nr_inodes: without it, empty files cost no space and 200,000 of them
     # cost the harness half a minute of copying and chowning.
     options = f"size={max_bytes},nr_inodes={max_files},mode=0755"
+    _release_orphaned_quotas_once()
     try:
         _mount_tmpfs(directory, options)
     except OSError as exc:
@@ -759,8 +760,80 @@ def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
 
 
+# A quota tmpfs names its owner in its mount source, the first field of
+# /proc/self/mountinfo's filesystem part: "clawloop-quota:<pid namespace
+# inode>:<pid>:<process start time>". A process killed outright (SIGKILL, the
+# OOM killer, a stopped container) never reaches its `finally`, and its quotas
+# stay mounted on directories nobody reuses (temporary ones), holding their
+# contents in memory until reboot. The start time tells a dead owner from a
+# new process that reused its pid.
+_QUOTA_SOURCE = "clawloop-quota"
+
+
+def _process_start_time(pid: int | str) -> str | None:
+    """Field 22 of /proc/<pid>/stat (clock ticks since boot), None when the process is gone."""
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces or ")".
+    return stat_line[stat_line.rindex(")") + 2 :].split()[19]
+
+
+def _quota_source() -> str:
+    return f"{_QUOTA_SOURCE}:{os.stat('/proc/self/ns/pid').st_ino}:{os.getpid()}:{_process_start_time('self')}"
+
+
+def _unescape_mount_path(field: str) -> str:
+    """A mountinfo path field: space, tab, newline and backslash are octal escapes."""
+    for escaped, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        field = field.replace(escaped, char)
+    return field
+
+
+def orphaned_quotas() -> list[Path]:
+    """Mount points of quota filesystems whose owning process (in this pid
+    namespace) is gone. Quotas of live processes and of other pid namespaces,
+    and every mount that is not a quota, are not listed."""
+    pid_namespace = str(os.stat("/proc/self/ns/pid").st_ino)
+    orphans = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        mount_fields, _, fs_fields = line.partition(" - ")
+        fs = fs_fields.split()
+        if len(fs) < 2 or fs[0] != "tmpfs" or not fs[1].startswith(f"{_QUOTA_SOURCE}:"):
+            continue
+        owner = fs[1].split(":")
+        if len(owner) != 4 or owner[1] != pid_namespace:
+            continue
+        if _process_start_time(owner[2]) != owner[3]:
+            orphans.append(Path(_unescape_mount_path(mount_fields.split()[4])))
+    return orphans
+
+
+def release_orphaned_quotas() -> list[Path]:
+    """Unmount the quotas that processes killed outright left behind (their
+    contents were never copied out; what is under the mount point is the
+    empty directory it was mounted on). Returns their mount points."""
+    released = []
+    for directory in orphaned_quotas():
+        try:
+            _unmount_lazily(directory)
+        except OSError:
+            continue  # gone meanwhile, or another process's sweep got there first
+        released.append(directory)
+    return released
+
+
+@functools.cache
+def _release_orphaned_quotas_once() -> None:
+    # Once per process, before its first quota: orphans appear only when a
+    # process dies, and a sweep reads the whole mount table.
+    release_orphaned_quotas()
+
+
 def _mount_tmpfs(directory: Path, options: str) -> None:
-    if _libc().mount(b"tmpfs", os.fsencode(directory), b"tmpfs", 0, options.encode()) != 0:
+    source = _quota_source().encode()
+    if _libc().mount(source, os.fsencode(directory), b"tmpfs", 0, options.encode()) != 0:
         code = ctypes.get_errno()
         raise OSError(code, os.strerror(code), str(directory))
 

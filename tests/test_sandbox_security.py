@@ -4,13 +4,22 @@ visible effect on the host is a failure."""
 
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from test_docker_episode import EPISODE_BACKENDS, make_backend
 
-from resources.sandbox import Mount, SandboxLimits, directory_bytes, disk_quota
+from resources import sandbox as sandbox_module
+from resources.sandbox import (
+    Mount,
+    SandboxLimits,
+    directory_bytes,
+    disk_quota,
+    orphaned_quotas,
+    release_orphaned_quotas,
+)
 
 # A uid of its own, so that "no process left" sees only these tests' sandboxes.
 SANDBOX_UID = 64999
@@ -189,6 +198,51 @@ def test_a_disk_fill_stops_at_the_workspace_quota(run, tmp_path):
     assert (workspace / "link").is_symlink()
     assert not (workspace / "pipe").exists()  # a FIFO is not copied back (reading it would block)
     assert directory_bytes(workspace) <= 8 << 20
+
+
+def test_a_quota_whose_process_was_killed_outright_is_released_and_a_live_ones_is_not(tmp_path):
+    # SIGKILL skips the owner's `finally`: its tmpfs would stay mounted (and
+    # hold its contents in memory) on a directory nobody reuses.
+    dead, live = tmp_path / "dead owner", tmp_path / "live"  # a space: mountinfo escapes it
+    owner = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time; from resources.sandbox import disk_quota\n"
+         "with disk_quota(sys.argv[1], 1 << 20):\n    print('mounted', flush=True); time.sleep(600)", str(dead)],
+        stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[1])
+    try:
+        assert owner.stdout.readline() == "mounted\n"
+        with disk_quota(live, 1 << 20) as enforced:
+            assert enforced, "the suite runs as root, where the quota is a filesystem of its own"
+            assert os.path.ismount(dead) and dead not in orphaned_quotas()  # its owner still runs
+            owner.kill()
+            owner.wait()
+            assert os.path.ismount(dead) and dead in orphaned_quotas()
+            assert live not in orphaned_quotas()
+            assert dead in release_orphaned_quotas()
+            assert not os.path.ismount(dead) and os.path.ismount(live)
+            assert dead not in orphaned_quotas()
+    finally:
+        owner.kill()
+        owner.wait()
+        release_orphaned_quotas()
+
+
+def test_an_orphaned_quota_is_told_by_its_owners_start_time_and_pid_namespace(tmp_path):
+    namespace = os.stat("/proc/self/ns/pid").st_ino
+    start_time = sandbox_module._process_start_time(os.getpid())
+    sources = {"reused pid": f"clawloop-quota:{namespace}:{os.getpid()}:{int(start_time) - 1}",
+               "other namespace": f"clawloop-quota:{namespace + 1}:{os.getpid() + 1_000_000}:1",
+               "not a quota": "tmpfs"}
+    for name, source in sources.items():
+        (tmp_path / name).mkdir()
+        assert sandbox_module._libc().mount(source.encode(), os.fsencode(tmp_path / name), b"tmpfs", 0, b"size=4096") == 0
+    try:
+        assert tmp_path / "reused pid" in orphaned_quotas()
+        assert tmp_path / "other namespace" not in orphaned_quotas()
+        assert tmp_path / "not a quota" not in orphaned_quotas()
+    finally:
+        for name in sources:
+            sandbox_module._unmount_lazily(tmp_path / name)
 
 
 def test_a_command_exiting_125_is_scored_as_its_own_exit(run, workspace):
