@@ -201,10 +201,13 @@ class Controller:
     min_operation_share: float = 0.1
     # The rollout temperature (choose_temperature): logits of pass rate lost
     # per +1.0 of temperature (docs/experiments/2026-12-01-temperature-controller.md);
-    # the most it moves in a round; the range it stays in.
+    # the most it moves in a round; the range it stays in. A ceiling the
+    # warm-up level reaches before the capabilities have left it turns its
+    # easy operations too easy: every task passes 6 of 8 or more
+    # (docs/experiments/2026-12-03-the-warm-up-level-spent.md).
     temperature_sensitivity: float = 7.5
     max_temperature_step: float = 0.15
-    temperature_range: tuple[float, float] = (0.5, 1.2)
+    temperature_range: tuple[float, float] = (0.5, 1.5)
     # How finely _weights_for_target searches the mix between the even pool
     # and the one that reaches the target admission (docs/round.md, "Synthesis":
     # the most even pool that reaches it).
