@@ -203,7 +203,7 @@ class Controller:
     # per +1.0 of temperature (docs/experiments/2026-12-01-temperature-controller.md);
     # the most it moves in a round; the range it stays in. A ceiling the
     # warm-up level reaches before the capabilities have left it turns its
-    # easy operations too easy: every task passes 6 of 8 or more
+    # easy operations too easy: most of their tasks pass 6 of 8 or more
     # (docs/experiments/2026-12-03-the-warm-up-level-spent.md).
     temperature_sensitivity: float = 7.5
     max_temperature_step: float = 0.15
