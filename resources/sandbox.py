@@ -780,8 +780,14 @@ def _process_start_time(pid: int | str) -> str | None:
     return stat_line[stat_line.rindex(")") + 2 :].split()[19]
 
 
-def _quota_source() -> str:
-    return f"{_QUOTA_SOURCE}:{os.stat('/proc/self/ns/pid').st_ino}:{os.getpid()}:{_process_start_time('self')}"
+def _pid_namespace() -> str:
+    return str(os.stat("/proc/self/ns/pid").st_ino)
+
+
+@functools.cache
+def _quota_source(pid: int) -> str:
+    # Keyed by pid, so that a forked child names itself; computed once, not per mount.
+    return f"{_QUOTA_SOURCE}:{_pid_namespace()}:{pid}:{_process_start_time(pid)}"
 
 
 def _unescape_mount_path(field: str) -> str:
@@ -795,7 +801,7 @@ def orphaned_quotas() -> list[Path]:
     """Mount points of quota filesystems whose owning process (in this pid
     namespace) is gone. Quotas of live processes and of other pid namespaces,
     and every mount that is not a quota, are not listed."""
-    pid_namespace = str(os.stat("/proc/self/ns/pid").st_ino)
+    pid_namespace = _pid_namespace()
     orphans = []
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         mount_fields, _, fs_fields = line.partition(" - ")
@@ -832,7 +838,7 @@ def _release_orphaned_quotas_once() -> None:
 
 
 def _mount_tmpfs(directory: Path, options: str) -> None:
-    source = _quota_source().encode()
+    source = _quota_source(os.getpid()).encode()
     if _libc().mount(source, os.fsencode(directory), b"tmpfs", 0, options.encode()) != 0:
         code = ctypes.get_errno()
         raise OSError(code, os.strerror(code), str(directory))
