@@ -383,3 +383,34 @@ def test_run_rounds_tables_a_real_round(finished_round, tmp_path):
         evaluated = summary["evaluation_by_level"].get(level)
         assert cell == ("-" if evaluated is None else f"{100 * evaluated['pass_at_1']:.1f} "
                         f"[{100 * evaluated['ci_low']:.1f}, {100 * evaluated['ci_high']:.1f}]")
+
+
+def test_plan_ablation_counts_the_candidates_a_plan_puts_elsewhere():
+    from collections import Counter
+
+    from benchmarks.plan_ablation import moved
+
+    base = Counter({("a", -2, "", ""): 3, ("b", -2, "", ""): 2})
+    assert moved(base, base) == 0
+    # One of a's candidates to b's rung: one moved, whichever plan is the base.
+    other = Counter({("a", -2, "", ""): 2, ("b", -2, "", ""): 2, ("b", -1, "", ""): 1})
+    assert moved(base, other) == moved(other, base) == 1
+    assert moved(base, Counter({("a", -2, "", "copy=0.100"): 3, ("b", -2, "", ""): 2})) == 3
+
+
+@pytest.mark.slow
+def test_plan_ablation_replays_a_real_rounds_plan(finished_round):
+    from conftest import ROUND_ONE, small_round
+
+    from benchmarks import plan_ablation
+    from resources.warehouse import DuckDBWarehouse
+
+    warehouse = DuckDBWarehouse(path=str(finished_round.home / "warehouse.duckdb"))
+    loop = small_round()
+    (row,) = plan_ablation.ablate(warehouse, loop)
+    # Round one's plan is every capability at the lowest level, whatever the controller's switches.
+    assert row == {"round": ROUND_ONE, "candidates": loop.candidates_per_round, "replay matches": True,
+                   **{name: 0 for name in plan_ablation.ABLATIONS}}
+    # A replay under another config than the run's is told apart from the stored plan.
+    other = loop.model_copy(update={"candidates_per_round": loop.candidates_per_round + 1})
+    assert plan_ablation.ablate(warehouse, other)[0]["replay matches"] is False
