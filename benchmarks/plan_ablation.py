@@ -30,11 +30,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Mapping
 
-from clawloop_assets.assets.synthesis import rollout_temperature_row
+from clawloop_assets.assets.synthesis import plan_round
 from clawloop_assets.loop_config import LoopConfig
-from clawloop_assets.partitions import previous_round
-from clawloop_assets.synthesis.evidence import controller_inputs, warmup_operation_evidence
-from clawloop_assets.synthesis.plan import first_plan, next_plan
 from resources.warehouse import DuckDBWarehouse, Warehouse
 
 # Each feature and the LoopConfig fields that switch it off (docs/round.md,
@@ -54,17 +51,7 @@ def replayed_plan(warehouse: Warehouse, round_key: str, loop: LoopConfig) -> Pla
     """Round `round_key`'s plan as synthesis_plan makes it under `loop`, from
     the rounds before it (the controller reads only those)."""
     capabilities = warehouse.read("capabilities", {"round": round_key})["capability_id"].to_list()
-    if previous_round(round_key) is None:
-        plan = first_plan(capabilities, loop.candidates_per_round)
-    else:
-        levels, evidence, failure_share, drift, causes = controller_inputs(
-            warehouse, round_key, loop.controller_recency, loop.at_round_temperature)
-        _, shift = rollout_temperature_row(warehouse, round_key, loop)
-        if shift is not None:
-            drift = {level: shift if loop.at_round_temperature(level) else d for level, d in drift.items()}
-        plan = next_plan(capabilities, levels, evidence, failure_share, loop.candidates_per_round,
-                         loop.controller(), drift, causes,
-                         warmup_operation_evidence(warehouse, round_key, loop.controller_recency))
+    plan, _, _ = plan_round(warehouse, round_key, capabilities, loop)
     return _counts((e.capability_id, e.difficulty, e.knobs, e.operation_weights, e.candidates) for e in plan)
 
 

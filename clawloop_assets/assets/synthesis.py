@@ -23,7 +23,7 @@ from clawloop_assets.synthesis.candidates import (
 from clawloop_assets.synthesis.evidence import controller_inputs, controller_temperature, warmup_operation_evidence
 from clawloop_assets.synthesis.executable_domains import scan_domains
 from clawloop_assets.synthesis.model_generators import GeneratorReplyError, generator_prompt, write_model_generator
-from clawloop_assets.synthesis.plan import first_plan, next_plan
+from clawloop_assets.synthesis.plan import PlanEntry, first_plan, next_plan
 from resources.policy import PolicyModel, SamplingParams
 from resources.sandbox import Sandbox
 from resources.warehouse import Warehouse, table_frame
@@ -66,22 +66,7 @@ def synthesis_plan(context: dg.AssetExecutionContext, warehouse: Warehouse, loop
     key = context.partition_key
     capabilities = require_rows(warehouse, "capabilities", key, "capability_catalog")["capability_id"].to_list()
     upstream = previous_round(key)
-    drift: dict[int, float] = {}
-    if upstream is None:
-        plan = first_plan(capabilities, loop.candidates_per_round)
-        temperature, _ = rollout_temperature_row(warehouse, key, loop)
-    else:
-        levels, evidence, failure_share, drift, failure_causes = controller_inputs(
-            warehouse, key, loop.controller_recency, loop.at_round_temperature)
-        temperature, shift = rollout_temperature_row(warehouse, key, loop)
-        if shift is not None:
-            # The controller moves the temperature: the change between rounds
-            # sampled at different temperatures mixes the training's gain with
-            # the temperature's cost, and the next round samples at another.
-            drift = {level: shift if loop.at_round_temperature(level) else d for level, d in drift.items()}
-        plan = next_plan(capabilities, levels, evidence, failure_share, loop.candidates_per_round,
-                         loop.controller(), drift, failure_causes,
-                         warmup_operation_evidence(warehouse, key, loop.controller_recency))
+    plan, temperature, drift = plan_round(warehouse, key, capabilities, loop)
     rows = [
         {"round": key, "capability_id": e.capability_id, "difficulty": e.difficulty, "weight": e.weight,
          "candidates": e.candidates, "source_round": upstream, "reason": e.reason, "knobs": list(e.knobs),
@@ -108,6 +93,28 @@ def synthesis_plan(context: dg.AssetExecutionContext, warehouse: Warehouse, loop
             [(level, op, f"{share:.0%}") for level, mix in sorted(mixes.items()) for op, share in mix.items()])
         if mixes else "even at every warm-up level (no operation clearly below the band)",
     })
+
+
+def plan_round(warehouse: Warehouse, key: str, capabilities: list[str], loop: LoopConfig
+               ) -> tuple[list[PlanEntry], dict, dict[int, float]]:
+    """Round `key`'s plan from the rounds before it (the controller reads
+    only those), with its rollout_temperatures row and the drift per level
+    the levels saw ({} in round 1). benchmarks/plan_ablation.py replays a
+    run's plans through it."""
+    temperature, shift = rollout_temperature_row(warehouse, key, loop)
+    if previous_round(key) is None:
+        return first_plan(capabilities, loop.candidates_per_round), temperature, {}
+    levels, evidence, failure_share, drift, failure_causes = controller_inputs(
+        warehouse, key, loop.controller_recency, loop.at_round_temperature)
+    if shift is not None:
+        # The controller moves the temperature: the change between rounds
+        # sampled at different temperatures mixes the training's gain with
+        # the temperature's cost, and the next round samples at another.
+        drift = {level: shift if loop.at_round_temperature(level) else d for level, d in drift.items()}
+    plan = next_plan(capabilities, levels, evidence, failure_share, loop.candidates_per_round,
+                     loop.controller(), drift, failure_causes,
+                     warmup_operation_evidence(warehouse, key, loop.controller_recency))
+    return plan, temperature, drift
 
 
 def _drift_table(drift: dict[int, float], loop: LoopConfig) -> dg.MarkdownMetadataValue:
