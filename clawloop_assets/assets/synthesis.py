@@ -101,11 +101,12 @@ def plan_round(warehouse: Warehouse, key: str, capabilities: list[str], loop: Lo
     only those), with its rollout_temperatures row and the drift per level
     the levels saw ({} in round 1). benchmarks/plan_ablation.py replays a
     run's plans through it."""
-    temperature, shift = rollout_temperature_row(warehouse, key, loop)
     if previous_round(key) is None:
-        return first_plan(capabilities, loop.candidates_per_round), temperature, {}
+        return first_plan(capabilities, loop.candidates_per_round), rollout_temperature_row(warehouse, key, loop)[0], {}
+    # The controller's inputs first: a missing upstream is named by what the plan reads.
     levels, evidence, failure_share, drift, failure_causes = controller_inputs(
         warehouse, key, loop.controller_recency, loop.at_round_temperature)
+    temperature, shift = rollout_temperature_row(warehouse, key, loop)
     if shift is not None:
         # The controller moves the temperature: the change between rounds
         # sampled at different temperatures mixes the training's gain with
