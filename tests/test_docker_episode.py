@@ -92,8 +92,11 @@ def test_each_command_gets_its_own_limits(workspace):
         capped = bash(episode, "head -c 100000 /dev/zero | tr '\\0' y", output_bytes=1000)
         assert capped.truncated and len(capped.output) < 1200
         assert bash(episode, "cat /proc/self/limits | grep 'Max cpu'").output.split()[3] == "20"
-        # The memory cgroup's OOM killer takes a command (1000) before the runner (0).
-        assert bash(episode, "cat /proc/self/oom_score_adj /proc/1/oom_score_adj").output.split() == ["1000", "0"]
+        # The memory cgroup's OOM killer takes a command (1000) before the runner (0). The runner
+        # lowers its own just after the command starts, so the command waits for that (at most 5 s).
+        oom = bash(episode, "for i in $(seq 50); do [ $(cat /proc/1/oom_score_adj) = 0 ] && break; sleep 0.1; done; "
+                            "cat /proc/self/oom_score_adj /proc/1/oom_score_adj")
+        assert oom.output.split() == ["1000", "0"]
 
 
 # A frame as the runner writes one: length, then a JSON header claiming success.
