@@ -7,6 +7,11 @@ docs/experiments/2026-12-03-between-the-command-and-the-words.md.
 Not part of `make bench` (it reads a finished run's evaluation set):
 
     python -m benchmarks.rung_forms $CLAWLOOP_HOME base,round-0006 words,shown,tool,bound,blank
+    python -m benchmarks.rung_forms $CLAWLOOP_HOME base,round-0004 words,shown,bound --level -2
+
+At level -2 (the warm-up tasks, whose instruction ends with its command
+shown) the forms apply to the instruction without its " Run: ...": "words"
+is the warm-up task in words, "shown" the task as the loop gives it.
 
 The forms (`FORMS`), each appended to the task's instruction as level -1
 appends its command:
@@ -23,6 +28,7 @@ policy's base model). Each line gives the passes by capability.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shlex
 import shutil
@@ -123,7 +129,16 @@ def changed_by(form: str, bundle: Path) -> bool:
     instruction names nothing the command uses)."""
     if form not in ("bound", "blank"):
         return True
-    return _last_name(oracle_command(bundle), (bundle / "instruction.md").read_text(encoding="utf-8")) is not None
+    return _last_name(oracle_command(bundle), in_words(bundle)) is not None
+
+
+def in_words(bundle: Path) -> str:
+    """The task's instruction without the command a warm-up task shows (its
+    " Run: <command>" at the end); a level-0 task's as it is."""
+    instruction = (bundle / "instruction.md").read_text(encoding="utf-8")
+    shown = " Run: " + oracle_command(bundle)
+    stripped = instruction.rstrip("\n")
+    return stripped[:-len(shown)] + "\n" if stripped.endswith(shown) else instruction
 
 
 def form_tasks(bundles: Sequence[Path], form: str, into: Path) -> list[TaskBundle]:
@@ -132,17 +147,15 @@ def form_tasks(bundles: Sequence[Path], form: str, into: Path) -> list[TaskBundl
     for bundle in bundles:
         copy = into / bundle.name
         shutil.copytree(bundle, copy)
-        instruction = copy / "instruction.md"
-        instruction.write_text(FORMS[form](instruction.read_text(encoding="utf-8"), oracle_command(bundle)),
-                               encoding="utf-8")
+        (copy / "instruction.md").write_text(FORMS[form](in_words(bundle), oracle_command(bundle)), encoding="utf-8")
         tasks.append(load_task_bundle(copy))
     return tasks
 
 
 def measure(home: Path, checkpoints: Sequence[str], forms: Sequence[str], samples: int = 8,
-            seed: int = 7, torch_threads: int = 2) -> list[dict]:
+            seed: int = 7, torch_threads: int = 2, level: int = 0) -> list[dict]:
     """Per (checkpoint, form): passes and scored rollouts in all and by
-    capability, on the level-0 tasks of `home`'s evaluation set at the
+    capability, on the `level` tasks of `home`'s evaluation set at the
     loop's fixed temperature, and the same over the tasks the form changes
     (`changed`: for bound and blank, those whose command uses a name the
     instruction gives)."""
@@ -152,9 +165,14 @@ def measure(home: Path, checkpoints: Sequence[str], forms: Sequence[str], sample
     unknown = [form for form in forms if form not in FORMS]
     if unknown:
         raise ValueError(f"unknown forms {unknown}; the forms are {sorted(FORMS)}")
-    bundles = sorted((home / "evaluation" / "own" / "tasks").glob("*.L0.*"))
+    if level not in (-2, 0):
+        raise ValueError(f"the forms apply to level 0 and the warm-up level -2, not {level}")
+    bundles = sorted((home / "evaluation" / "own" / "tasks").glob(f"*.L{level}.*"))
     if not bundles:
-        raise ValueError(f"{home}/evaluation/own/tasks: no level-0 task (has the run evaluated a round?)")
+        raise ValueError(f"{home}/evaluation/own/tasks: no level {level} task (has the run evaluated a round?)")
+    # A warm-up task's operation (copy a file, ...); a level-0 task has none.
+    operations = {bundle.name: json.loads((bundle / "meta.json").read_text(encoding="utf-8")).get("operation", "-")
+                  for bundle in bundles}
     policy = EmbeddedPolicyModel(torch_threads=torch_threads)
     sandbox, settings = BubblewrapSandbox(), LoopConfig().agent_settings()
     results = []
@@ -170,13 +188,15 @@ def measure(home: Path, checkpoints: Sequence[str], forms: Sequence[str], sample
                     started = time.perf_counter()
                     rollouts = run_rollouts(session, sandbox, tasks, samples, settings, Path(tmp) / "work", seed)
                     by_capability: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+                    by_operation: dict[str, list[int]] = defaultdict(lambda: [0, 0])
                     in_changed = [0, 0]
                     for rollout in rollouts:
                         reward = judged_reward(rollout)
                         if reward is None:
                             continue
-                        by_capability[rollout.task.capability][0] += int(reward == 1)
-                        by_capability[rollout.task.capability][1] += 1
+                        for counts in (by_capability[rollout.task.capability], by_operation[operations[rollout.task.root.name]]):
+                            counts[0] += int(reward == 1)
+                            counts[1] += 1
                         if rollout.task.task_id in changed:
                             in_changed[0] += int(reward == 1)
                             in_changed[1] += 1
@@ -186,6 +206,7 @@ def measure(home: Path, checkpoints: Sequence[str], forms: Sequence[str], sample
                     "scored": sum(n for _, n in by_capability.values()),
                     "changed": tuple(in_changed), "changed_tasks": len(changed),
                     "by_capability": {c: tuple(v) for c, v in sorted(by_capability.items())},
+                    "by_operation": {o: tuple(v) for o, v in sorted(by_operation.items())},
                 })
         finally:
             session.close()
@@ -199,14 +220,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("forms", help="comma-separated, of " + ", ".join(FORMS))
     parser.add_argument("--samples", type=int, default=8)
     parser.add_argument("--torch-threads", type=int, default=2, help="1 beside other runs on the same cores")
+    parser.add_argument("--level", type=int, default=0, choices=(-2, 0), help="the evaluation set's level")
     args = parser.parse_args(argv)
     for row in measure(args.home, args.checkpoints.split(","), args.forms.split(","), args.samples,
-                       torch_threads=args.torch_threads):
+                       torch_threads=args.torch_threads, level=args.level):
         changed = "" if row["form"] not in ("bound", "blank") else \
             f"; on the {row['changed_tasks']} tasks it changes {row['changed'][0]}/{row['changed'][1]}"
         print(f"{row['checkpoint']} {row['form']}: {row['passes']}/{row['scored']}{changed} "
-              f"({row['seconds']:.0f} s); " + " ".join(f"{c}:{p}/{n}" for c, (p, n) in row["by_capability"].items()),
-              flush=True)
+              f"({row['seconds']:.0f} s); " + " ".join(f"{c}:{p}/{n}" for c, (p, n) in row["by_capability"].items())
+              + ("" if args.level == 0 else "; by operation " + " ".join(
+                  f"{o}:{p}/{n}" for o, (p, n) in row["by_operation"].items())), flush=True)
 
 
 if __name__ == "__main__":
