@@ -22,7 +22,8 @@ appends its command:
   (a file, a value) replaced by OUT, and OUT's value given beside it;
 - blank: the same name replaced by a blank to fill in from the instruction.
 Checkpoints are as `clawloop eval --checkpoint` reads them ("base": the
-policy's base model). Each line gives the passes by capability.
+policy's base model). Each line gives the passes by capability (at level -2
+also by operation).
 """
 
 from __future__ import annotations
