@@ -42,7 +42,7 @@ from typing import Callable, Sequence
 from clawloop_assets.evaluation.task_dir import resolve_checkpoint
 from clawloop_assets.harness.agent_loop import judged_reward, run_rollouts
 from clawloop_assets.loop_config import LoopConfig
-from clawloop_assets.synthesis.generators.generator_common import shown_command, with_help
+from clawloop_assets.synthesis.generators.generator_common import SHOWN_COMMAND_LEAD, shown_command, with_help
 from clawloop_assets.task_bundle import TaskBundle, load_task_bundle
 from resources.warehouse import DuckDBWarehouse
 
@@ -93,7 +93,7 @@ def _words(instruction: str, command: str) -> str:
 
 
 def _shown(instruction: str, command: str) -> str:
-    return with_help(instruction, "Run: " + command)
+    return with_help(instruction, SHOWN_COMMAND_LEAD + command)
 
 
 def _tool(instruction: str, command: str) -> str:
@@ -107,7 +107,7 @@ def _bound(instruction: str, command: str) -> str:
     words, index = found
     name = words[index].strip("'\"")
     words[index] = "OUT"
-    return with_help(instruction, "Run: " + "".join(words) + " (OUT is " + name + ")")
+    return with_help(instruction, SHOWN_COMMAND_LEAD + "".join(words) + " (OUT is " + name + ")")
 
 
 def _blank(instruction: str, command: str) -> str:
@@ -130,16 +130,22 @@ def changed_by(form: str, bundle: Path) -> bool:
     instruction names nothing the command uses)."""
     if form not in ("bound", "blank"):
         return True
-    return _last_name(oracle_command(bundle), in_words(bundle)) is not None
+    words, command = words_and_command(bundle)
+    return _last_name(command, words) is not None
 
 
-def in_words(bundle: Path) -> str:
-    """The task's instruction without the command a warm-up task shows (its
-    " Run: <command>" at the end); a level-0 task's as it is."""
-    instruction = (bundle / "instruction.md").read_text(encoding="utf-8")
-    shown = " Run: " + oracle_command(bundle)
+def in_words(instruction: str, command: str) -> str:
+    """`instruction` without the `command` a warm-up task shows at its end
+    (" Run: <command>"); a level-0 task's as it is."""
+    shown = " " + SHOWN_COMMAND_LEAD + command
     stripped = instruction.rstrip("\n")
     return stripped[:-len(shown)] + "\n" if stripped.endswith(shown) else instruction
+
+
+def words_and_command(bundle: Path) -> tuple[str, str]:
+    """The bundle's task in words (in_words) and its oracle command."""
+    command = oracle_command(bundle)
+    return in_words((bundle / "instruction.md").read_text(encoding="utf-8"), command), command
 
 
 def form_tasks(bundles: Sequence[Path], form: str, into: Path) -> list[TaskBundle]:
@@ -148,7 +154,7 @@ def form_tasks(bundles: Sequence[Path], form: str, into: Path) -> list[TaskBundl
     for bundle in bundles:
         copy = into / bundle.name
         shutil.copytree(bundle, copy)
-        (copy / "instruction.md").write_text(FORMS[form](in_words(bundle), oracle_command(bundle)), encoding="utf-8")
+        (copy / "instruction.md").write_text(FORMS[form](*words_and_command(bundle)), encoding="utf-8")
         tasks.append(load_task_bundle(copy))
     return tasks
 

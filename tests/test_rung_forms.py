@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from family_tasks import CAPABILITIES, build_bundle
 
-from benchmarks.rung_forms import FORMS, changed_by, form_tasks, in_words, oracle_command, tools_of
+from benchmarks.rung_forms import FORMS, changed_by, form_tasks, in_words, oracle_command, tools_of, words_and_command
 from clawloop_assets.synthesis.catalogs import load_domain_catalog
 from clawloop_assets.synthesis.generators.generator_common import SOLUTION_HEADER
 from resources.sandbox import BubblewrapSandbox
@@ -81,13 +81,13 @@ def test_a_warm_up_task_is_put_in_each_form_from_its_words(tmp_path):
                             load_domain_catalog()[0], -2, 0)
     command = oracle_command(original.root)
     assert original.instruction.rstrip().endswith(" Run: " + command)
-    words = in_words(original.root)
+    words, shown_command = words_and_command(original.root)
+    assert shown_command == command
     assert command not in words and words.strip() and original.instruction.startswith(words.strip())
     shown, bare, blank = (form_tasks([original.root], form, tmp_path / form)[0] for form in ("shown", "words", "blank"))
     assert shown.instruction == original.instruction and bare.instruction == words
     assert blank.instruction.count("___") == 1 and changed_by("blank", original.root)
 
 
-def test_a_level_0_task_is_its_own_words(tmp_path):
-    bundle = _bundle(tmp_path, "t", INSTRUCTION, [COMMAND])
-    assert in_words(bundle) == INSTRUCTION + "\n"
+def test_a_level_0_task_is_its_own_words():
+    assert in_words(INSTRUCTION + "\n", COMMAND) == INSTRUCTION + "\n"

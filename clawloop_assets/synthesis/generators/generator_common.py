@@ -131,6 +131,8 @@ def build_level(levels, seed, params):
 # command and knowing it (docs/experiments/2026-12-03-the-level-0-cliff.md).
 WARMUP_LEVELS = (-2,)
 SHOWN_COMMAND_LEVEL = -1
+# The words before the command a level -2 or -1 task shows (benchmarks/rung_forms.py takes it off again).
+SHOWN_COMMAND_LEAD = "Run: "
 # The operations of each warm-up level.
 WARMUP_OPERATIONS = {-2: ("append_word", "count_characters", "copy_file")}
 # Everyday words for append_word: a rare word (a domain term) turns the task
@@ -242,7 +244,7 @@ def one_step_task(rng, params, workspace):
     others["CONTRACT.md"] = CONTRACT_UNCHANGED  # "every other file stays": the contract too
     instruction, deliverable, rules, checks, command, fmt, labels = OPERATIONS[operation](
         rng, name, workspace[name], others)
-    instruction += " Run: %s" % command
+    instruction += " " + SHOWN_COMMAND_LEAD + command
     contract = {"deliverable": deliverable, "rules": rules, "parameters": {}, "labels": labels}
     task = assemble(params, instruction, workspace, contract, checks, {"operation": operation}, command, fmt)
     task["meta"]["operation"], task["meta"]["file"] = operation, name
@@ -252,7 +254,7 @@ def one_step_task(rng, params, workspace):
 def shown_command_task(task):
     """Level -1: `task` (the family's level 0) with its solution's command
     appended to the instruction as level -2 shows one (" Run: ...")."""
-    return dict(task, instruction=with_help(task["instruction"], "Run: " + shown_command(task["solution"])))
+    return dict(task, instruction=with_help(task["instruction"], SHOWN_COMMAND_LEAD + shown_command(task["solution"])))
 
 
 def shown_command(solution):
