@@ -42,7 +42,7 @@ from typing import Callable, Sequence
 from clawloop_assets.evaluation.task_dir import resolve_checkpoint
 from clawloop_assets.harness.agent_loop import judged_reward, run_rollouts
 from clawloop_assets.loop_config import LoopConfig
-from clawloop_assets.synthesis.generators.generator_common import SHOWN_COMMAND_LEAD, shown_command, with_help
+from clawloop_assets.synthesis.generators.generator_common import SHOWN_COMMAND_LEAD, in_words, shown_command, with_help
 from clawloop_assets.task_bundle import TaskBundle, load_task_bundle
 from resources.warehouse import DuckDBWarehouse
 
@@ -132,14 +132,6 @@ def changed_by(form: str, bundle: Path) -> bool:
         return True
     words, command = words_and_command(bundle)
     return _last_name(command, words) is not None
-
-
-def in_words(instruction: str, command: str) -> str:
-    """`instruction` without the `command` a warm-up task shows at its end
-    (" Run: <command>"); a level-0 task's as it is."""
-    shown = " " + SHOWN_COMMAND_LEAD + command
-    stripped = instruction.rstrip("\n")
-    return stripped[:-len(shown)] + "\n" if stripped.endswith(shown) else instruction
 
 
 def words_and_command(bundle: Path) -> tuple[str, str]:

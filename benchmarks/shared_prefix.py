@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import random
 import time
-from types import SimpleNamespace
 
 import torch
 
@@ -37,7 +36,7 @@ def realistic_batch(tokenizer, vocab_size: int, seed: int = 0) -> list[Trajector
     for i in range(ROWS):
         instruction = " ".join(rng.choice(WORDS) for _ in range(rng.randint(20, 60))) + "."
         # As a policy session renders a task's opening: the chat template's text, then its tokens.
-        text = tokenizer.apply_chat_template(initial_messages(SimpleNamespace(instruction=instruction)),
+        text = tokenizer.apply_chat_template(initial_messages(instruction),
                                              add_generation_prompt=True, tokenize=False)
         prompt = tokenizer.encode(text, add_special_tokens=False)
         actions = [rng.randrange(vocab_size) for _ in range(ACTION_TOKENS)]

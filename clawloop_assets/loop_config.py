@@ -102,6 +102,11 @@ class LoopConfig(dg.ConfigurableResource):
     # --- training --------------------------------------------------------------------------------------------
     training_mode: Literal["sft_then_grpo", "grpo_only", "sft_only"] = Field(
         default="sft_then_grpo", description="Which training stages a round runs.")
+    sft_in_words: bool = Field(
+        default=True,
+        description="SFT also trains each success on a task that shows its command (levels -2 and -1) as the same "
+                    "task in words, its own replies after the prompt the words give: the one thing that teaches "
+                    "level 0's command from the words (docs/experiments/2026-12-04-the-shown-tasks-in-words.md).")
 
     # --- generators and routes -------------------------------------------------------------------------------
     generator_source: Literal["builtin", "model"] = Field(

@@ -23,7 +23,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 from resources import paths
 from resources.checkpoints import verify_checkpoint
 from resources.embedded_model import ensure_base_model
-from resources.policy import Completion, PolicyModel, PolicySession, SamplingParams, end_of_turn_ids
+from resources.policy import ChatTemplate, Completion, PolicyModel, PolicySession, SamplingParams, end_of_turn_ids
 
 
 class EmbeddedPolicyModel(PolicyModel):
@@ -160,7 +160,7 @@ class _Sequence:
     finish_reason: str | None = None
 
 
-class TransformersPolicySession(PolicySession):
+class TransformersPolicySession(ChatTemplate, PolicySession):
     def __init__(self, model, tokenizer, *, max_batch_sequences: int = 64, prefix_cache_tokens: int = 16384):
         if max_batch_sequences < 1:
             raise ValueError(f"max_batch_sequences must be >= 1, got {max_batch_sequences}")
@@ -169,15 +169,6 @@ class TransformersPolicySession(PolicySession):
         self.max_batch_sequences = max_batch_sequences
         self.prefix_cache = _PrefixCache(prefix_cache_tokens)
         self.eos_token_ids = end_of_turn_ids(tokenizer, getattr(model.generation_config, "eos_token_id", None))
-
-    def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False)
-
-    def decode(self, token_ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(token_ids), skip_special_tokens=False)
-
-    def chat_text(self, messages: list[dict[str, str]], *, add_generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=False)
 
     def close(self) -> None:
         self.prefix_cache.clear()

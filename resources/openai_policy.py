@@ -32,6 +32,7 @@ from resources.checkpoints import verify_checkpoint
 from resources.embedded_model import ensure_base_model
 from resources.environment import POLICY_URL, read_environment
 from resources.policy import (
+    ChatTemplate,
     Completion,
     PolicyModel,
     PolicyServerError,
@@ -153,21 +154,12 @@ class PolicyServerClient:
         return choices
 
 
-class OpenAICompatibleSession(PolicySession):
+class OpenAICompatibleSession(ChatTemplate, PolicySession):
     def __init__(self, client: PolicyServerClient, tokenizer, max_concurrency: int, generation_eos=None) -> None:
         self.client = client
         self.tokenizer = tokenizer
         self.max_concurrency = max_concurrency
         self.eos_token_ids = end_of_turn_ids(tokenizer, generation_eos)
-
-    def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False)
-
-    def decode(self, token_ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(token_ids), skip_special_tokens=False)
-
-    def chat_text(self, messages: list[dict[str, str]], *, add_generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
 
     def sample(self, prompts: Sequence[Sequence[int]], n: int, params: SamplingParams) -> list[list[Completion]]:
         return self.sample_streaming(prompts, n, params, on_complete=lambda position, index, completion: None)

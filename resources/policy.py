@@ -92,6 +92,36 @@ class PolicySession(ABC):
         """Free the weights."""
 
 
+class ChatTemplate:
+    """A checkpoint's tokenizer and chat template without its weights: the
+    prompts a session of that checkpoint builds, token for token (both
+    backends' sessions build them this way). What the trainer needs to
+    write a prompt the sampler would have written."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    @classmethod
+    def of_checkpoint(cls, checkpoint_dir: Path) -> "ChatTemplate":
+        from transformers import AutoTokenizer
+
+        from resources.checkpoints import verify_checkpoint
+
+        verify_checkpoint(Path(checkpoint_dir))  # raises CheckpointError naming the directory
+        return cls(AutoTokenizer.from_pretrained(checkpoint_dir, local_files_only=True))
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(token_ids), skip_special_tokens=False)
+
+    def chat_text(self, messages: list[dict[str, str]], *, add_generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=False)
+
+    chat_tokens = PolicySession.chat_tokens
+
+
 class PolicyModel(dg.ConfigurableResource, ABC):
     """Where policy weights come from and how a checkpoint becomes a session."""
 

@@ -71,6 +71,7 @@ BAD_VALUES = {
     "controlled_temperature": [0],
     "round_temperature_levels": ["rung"],
     "training_mode": ["sft"],
+    "sft_in_words": ["yes", 1],
     "generator_source": ["gpt"],
     "generator_max_tokens": [0],
     "synthesis_routes": [[], ["vibes"], "capability"],

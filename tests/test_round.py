@@ -18,6 +18,7 @@ from clawloop_assets.definitions import defs, gate_checks, resources_for, round_
 from clawloop_assets.evaluation.fixed_set import is_evaluation_seed
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.synthesis.generators.generator_common import WARMUP_OPERATIONS
+from clawloop_assets.training.examples import IN_WORDS
 from resources.openai_policy import OpenAICompatiblePolicyModel
 from resources.sandbox import DockerSandbox
 from resources.schemas import MIN_LEVEL
@@ -139,6 +140,21 @@ def test_grpo_reads_the_input_policys_log_probs_from_the_rollouts_it_sampled(fin
     [run] = DuckDBWarehouse().read("training_runs", {"round": ROUND_ONE, "job": "grpo"}).iter_rows(named=True)
     assert run["status"] == "trained", run["reason"]
     assert json.loads(run["metrics"])["reference_logprobs"] == "recorded at sampling"
+
+
+@pytest.mark.slow
+def test_sft_trains_each_success_of_a_shown_task_once_more_in_words(finished_round):
+    # Round 1 is the warm-up level, whose tasks show their command: each
+    # success the SFT job trains on is there twice, shown and in words.
+    [run] = DuckDBWarehouse().read("training_runs", {"round": ROUND_ONE, "job": "sft"}).iter_rows(named=True)
+    assert run["status"] == "trained", run["reason"]
+    path = finished_round.home / "rounds" / ROUND_ONE / "training" / "sft_examples.jsonl"
+    ids = [json.loads(line)["rollout_id"] for line in path.read_text().splitlines()]
+    copies = [i for i in ids if i.endswith(IN_WORDS)]
+    assert copies and sorted(i.removesuffix(IN_WORDS) for i in copies) == sorted(set(ids) - set(copies))
+    assert run["examples"] == len(ids)
+    [materialization] = finished_round.result.asset_materializations_for_node("sft_checkpoint")
+    assert materialization.metadata["examples_in_words"].value == len(copies)
 
 
 @pytest.mark.slow

@@ -15,14 +15,15 @@ from clawloop_assets.partitions import round_partitions
 from clawloop_assets.round_state import (
     PolicyRef,
     input_policy,
+    load_bundles,
     require_rows,
     round_policy,
     split_task_ids,
     workdir,
 )
-from clawloop_assets.training.examples import grpo_groups, sft_examples, write_jsonl
+from clawloop_assets.training.examples import grpo_groups, in_words_examples, sft_examples, write_jsonl
 from resources.checkpoints import checkpoint_id
-from resources.policy import PolicyModel
+from resources.policy import ChatTemplate, PolicyModel
 from resources.sandbox import Sandbox
 from resources.training_launcher import TrainingLauncher
 from resources.warehouse import Warehouse, table_frame
@@ -92,9 +93,19 @@ def sft_checkpoint(context: dg.AssetExecutionContext, warehouse: Warehouse, poli
     key = context.partition_key
     start = input_policy(warehouse, policy, key)
     rollouts = require_rows(warehouse, "rollouts", key, "validation_rollouts", phase="validation")
-    frame = sft_examples(rollouts, split_task_ids(warehouse, key, "train"))
+    train_ids = split_task_ids(warehouse, key, "train")
+    frame, in_words, unmatched = sft_examples(rollouts, train_ids), 0, 0
+    if loop.sft_in_words and not frame.is_empty():
+        copies, unmatched = in_words_examples(rollouts, load_bundles(warehouse, key, train_ids),
+                                              ChatTemplate.of_checkpoint(start.path))
+        frame, in_words = pl.concat([frame, copies]), copies.height
     result = _train(context, warehouse, training_launcher, loop, "sft", frame, start, start, "sft")
     result.metadata["upstream_round"] = start.upstream_round or "none (base model)"
+    result.metadata["examples_in_words"] = in_words
+    if unmatched:
+        context.log.warning(f"{unmatched} successes not copied in words: their recorded prompt is not the one "
+                            "the checkpoint's chat template gives")
+        result.metadata["in_words_unmatched"] = unmatched
     return result
 
 

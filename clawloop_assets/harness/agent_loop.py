@@ -30,7 +30,7 @@ from clawloop_assets.harbor.image_task import ImageEpisode, is_image_task
 from clawloop_assets.harbor.task_format import task_memory_bytes
 from clawloop_assets.harness.verification import VerifierResult, run_verifier, run_verifiers
 from clawloop_assets.task_bundle import TaskBundle
-from resources.policy import Completion, PolicyServerError, PolicySession, SamplingParams
+from resources.policy import ChatTemplate, Completion, PolicyServerError, PolicySession, SamplingParams
 from resources.sandbox import (
     CopyReport,
     EpisodeRunner,
@@ -153,8 +153,14 @@ class Rollout:
         self.sampling_logprobs += list(logprobs) if sampled else [0.0] * len(token_ids)
 
 
-def initial_messages(task: TaskBundle) -> list[dict[str, str]]:
-    return [{"role": "system", "content": SYSTEM_PROMPT}, *WORKED_EXAMPLES, {"role": "user", "content": task.instruction}]
+def initial_messages(instruction: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": SYSTEM_PROMPT}, *WORKED_EXAMPLES, {"role": "user", "content": instruction}]
+
+
+def first_prompt(chat: ChatTemplate | PolicySession, instruction: str) -> list[int]:
+    """The tokens every rollout of a task starts from: the chat up to the
+    agent's turn, then the fence its reply continues."""
+    return chat.chat_tokens(initial_messages(instruction), add_generation_prompt=True) + chat.encode(FENCE_OPEN)
 
 
 def parse_command(reply: str) -> str | None:
@@ -511,15 +517,11 @@ def _first_turn(session, tasks, rollouts, n, settings, seed, progress, first_ind
     for group in _by_temperature(range(len(tasks)), lambda position: rollouts[position * n].temperature):
         for start in range(0, len(group), per_chunk):
             chunk = group[start : start + per_chunk]
-            prompts = [
-                session.chat_tokens(initial_messages(tasks[position]), add_generation_prompt=True)
-                + session.encode(FENCE_OPEN)
-                for position in chunk
-            ]
+            prompts = [first_prompt(session, tasks[position].instruction) for position in chunk]
             for offset, position in enumerate(chunk):
                 for index in range(n):
                     rollout = rollouts[position * n + index]
-                    rollout.messages = initial_messages(tasks[position])
+                    rollout.messages = initial_messages(tasks[position].instruction)
                     rollout.extend(prompts[offset], sampled=False)
                     rollout.prompt_tokens = len(prompts[offset])
 

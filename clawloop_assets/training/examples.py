@@ -5,11 +5,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import polars as pl
 
+from clawloop_assets.harness.agent_loop import first_prompt
+from clawloop_assets.synthesis.generators.generator_common import in_words, shown_command
+from clawloop_assets.task_bundle import TaskBundle
+from resources.policy import ChatTemplate
+
 TRAINING_COLUMNS = ["rollout_id", "group_id", "reward", "token_ids", "action_mask", "sampling_logprobs", "temperature"]
+# The suffix of a success's rollout id in its copy as the task in words.
+IN_WORDS = ".in_words"
 
 
 def _train_rollouts(rollouts: pl.DataFrame, train_task_ids: Iterable[str]) -> pl.DataFrame:
@@ -26,6 +33,49 @@ def _train_rollouts(rollouts: pl.DataFrame, train_task_ids: Iterable[str]) -> pl
 def sft_examples(rollouts: pl.DataFrame, train_task_ids: Iterable[str]) -> pl.DataFrame:
     """Successful trajectories (reward 1) of the training tasks."""
     return _train_rollouts(rollouts, train_task_ids).filter(pl.col("reward") == 1.0).select(TRAINING_COLUMNS)
+
+
+def in_words_examples(rollouts: pl.DataFrame, bundles: Sequence[TaskBundle],
+                      chat: ChatTemplate) -> tuple[pl.DataFrame, int]:
+    """The successes of those of `bundles` that show their command (levels
+    -2 and -1: " Run: <command>"), each once more as the same task in
+    words: the prompt its words give, then the same replies and
+    observations, the loss still on the agent's own tokens only.
+
+    The copy is a success of the task in words: the same replies in the
+    same workspace pass the same verifier, whatever the instruction said.
+    It trains what level 0 asks and copying a shown command never does,
+    the command from the words alone. Returns the copies and how many
+    successes were left out because their recorded prompt is not the one
+    `chat` gives the shown instruction (sampled under another template):
+    only a prompt known token for token can be swapped."""
+    words_of: dict[str, tuple[list[int], list[int]]] = {}
+    for bundle in bundles:
+        try:
+            command = shown_command(bundle.solution_path.read_text(encoding="utf-8"))
+        except ValueError:
+            continue  # no short command: the task shows none
+        instruction = bundle.instruction
+        words = in_words(instruction, command)
+        if words != instruction:
+            words_of[bundle.task_id] = (first_prompt(chat, instruction), first_prompt(chat, words))
+    successes = _train_rollouts(rollouts, words_of).filter(pl.col("reward") == 1.0)
+    copies, unmatched = [], 0
+    for row in successes.iter_rows(named=True):
+        shown, words = words_of[row["group_id"]]
+        cut = row["prompt_tokens"]
+        if cut != len(shown) or list(row["token_ids"][:cut]) != shown:
+            unmatched += 1
+            continue
+        copies.append({
+            **{column: row[column] for column in TRAINING_COLUMNS},
+            "rollout_id": row["rollout_id"] + IN_WORDS,
+            "token_ids": words + list(row["token_ids"][cut:]),
+            "action_mask": [0] * len(words) + list(row["action_mask"][cut:]),
+            "sampling_logprobs": [0.0] * len(words) + list(row["sampling_logprobs"][cut:]),
+        })
+    schema = successes.select(TRAINING_COLUMNS).schema
+    return pl.DataFrame(copies, schema=schema), unmatched
 
 
 def grpo_groups(rollouts: pl.DataFrame, train_task_ids: Iterable[str]) -> pl.DataFrame:

@@ -275,6 +275,17 @@ def with_help(instruction, help_text):
     return instruction + ("\n\n" if "\n" in instruction else " ") + help_text + "\n"
 
 
+def in_words(instruction, command):
+    """The task in words: `instruction` without the `command` it shows at
+    its end (levels -2 and -1, with_help's SHOWN_COMMAND_LEAD + command),
+    as the same task reads with nothing shown. An instruction that shows
+    no such command is returned as it is."""
+    shown = SHOWN_COMMAND_LEAD + command
+    stripped = instruction.rstrip("\n")
+    words = stripped[:-len(shown)]
+    return words.strip() + "\n" if stripped.endswith(shown) and words[-1:].isspace() else instruction
+
+
 # ---- oracle solutions: real scripts under oracles/<family>/, beside this module
 #
 # An oracle script is a plain Python program (it runs and lints as it is):
