@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Sequence
@@ -69,7 +70,7 @@ def run(home: Path, checkpoint: str, levels: Sequence[int], copies: Sequence[str
             config = SFTJobConfig(**LoopConfig().training_job_config("sft"), base_checkpoint=str(start),
                                   examples=str(write_jsonl(examples, Path(tmp) / f"{kind}.jsonl")),
                                   output_checkpoint=str(output))
-            metrics = train_sft(config, log=lambda message: None)
+            metrics = train_sft(config, log=lambda message: print(f"{kind}: {message}", file=sys.stderr, flush=True))
             results.append({"copies": kind, "examples": examples.height, "final_loss": metrics["final_loss"]})
             trained.append(str(output))
         for row, measured in zip(results, _by_checkpoint(measure(home, trained, ["words", "shown"], samples))):
