@@ -105,8 +105,8 @@ class LoopConfig(dg.ConfigurableResource):
     sft_in_words: bool = Field(
         default=True,
         description="SFT also trains each success on a task that shows its command (levels -2 and -1) as the same "
-                    "task in words, its own replies after the prompt the words give: the one thing that teaches "
-                    "level 0's command from the words (docs/experiments/2026-12-04-the-shown-tasks-in-words.md).")
+                    "task in words, its own replies after the prompt the words give: at level -1 that is the "
+                    "family's level-0 task (docs/experiments/2026-12-04-the-shown-tasks-in-words.md).")
 
     # --- generators and routes -------------------------------------------------------------------------------
     generator_source: Literal["builtin", "model"] = Field(
