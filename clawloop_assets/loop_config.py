@@ -133,8 +133,9 @@ class LoopConfig(dg.ConfigurableResource):
         description="A capability's weight grows by 1 + tilt x its share of the diagnosed failures, >= 0 (0: off).")
     rung_probe_share: float = Field(
         default=0.2, ge=0, lt=1,
-        description="At the warm-up level, in the band's upper half, the share of a capability's candidates that "
-                    "probe the rung above, in [0, 1) (0: off); the probes of all capabilities together measure it.")
+        description="At a level that shows the command (-2, -1), in the band's upper half, the share of a "
+                    "capability's candidates that probe the level above, in [0, 1) (0: off); the probes of all "
+                    "capabilities together measure it.")
 
     # --- diagnosis --------------------------------------------------------------------------------------------
     model_failure_summaries: bool = Field(

@@ -95,6 +95,26 @@ def test_levels_move_only_on_clear_evidence_and_by_one():
     assert better.levels == {1: 1.0}
 
 
+def test_the_rung_in_the_bands_upper_half_probes_level_0_and_stops_at_its_cliff():
+    """The rung's pass rate says how well the policy copies the family's
+    level-0 command shown, not whether it finds it from the words: the rung
+    probes level 0 as the warm-up level probes the rung, and a level 0
+    measured clearly below the band is not probed again until that evidence
+    fades."""
+    upper_half = cell(20, 40, 4, 5)
+    probe = decide_level(-1, {-2: cell(30, 40, 2, 5), -1: upper_half}, PAPER)
+    assert probe.levels == {-1: 0.8, 0: 0.2} and "20% probe level 0 (level 0 0 rollouts so far)" in probe.reason
+    # Level 0 pooled over the capabilities below it, 0 of 24: a cliff (95% CI up to 14%).
+    cliff = decide_level(-1, {-1: upper_half, 0: cell(0, 8, 0, 1)}, PAPER, pooled={0: cell(0, 24, 0, 3)})
+    assert cliff.levels == {-1: 1.0} and "level 0's pooled pass rate 0%" in cliff.reason
+    # Faded to 12 rollouts (one round older at recency 0.5): too few to call a cliff, probed again.
+    assert decide_level(-1, {-1: upper_half}, PAPER, pooled={0: cell(0, 12, 0, 1.5)}).levels == {-1: 0.8, 0: 0.2}
+    # Level 0's own evidence in the band: the capability moves there.
+    assert decide_level(-1, {-1: upper_half, 0: cell(5, 16, 1, 2)}, PAPER).levels == {0: 1.0}
+    # The rung in the band's lower half: kept whole.
+    assert decide_level(-1, {-1: cell(12, 40, 3, 5)}, PAPER).levels == {-1: 1.0}
+
+
 def test_a_warm_up_level_in_the_bands_upper_half_probes_the_rung_and_climbs_on_its_own_evidence():
     """The temperature holds the warm-up level near the band's centre, so it
     seldom reads clearly above it: a capability in the upper half of the
@@ -110,9 +130,10 @@ def test_a_warm_up_level_in_the_bands_upper_half_probes_the_rung_and_climbs_on_i
     assert decide_level(-2, {-2: upper_half, -1: cell(3, 16, 1, 2)}, PAPER).levels == {-2: 0.8, -1: 0.2}
     cliff = decide_level(-2, {-2: upper_half, -1: cell(0, 16, 0, 2)}, PAPER)
     assert cliff.levels == {-2: 1.0} and "is clearly below 25%" in cliff.reason
-    # In the lower half, at a level that is no warm-up, or with the probe off: kept whole.
+    # In the lower half, at a level that shows no command, or with the probe off: kept whole.
     assert decide_level(-2, {-2: cell(12, 40, 3, 5)}, PAPER).levels == {-2: 1.0}
     assert decide_level(0, {0: upper_half}, PAPER).levels == {0: 1.0}
+    assert decide_level(1, {1: upper_half}, PAPER).levels == {1: 1.0}
     assert decide_level(-2, {-2: upper_half}, replace(PAPER, rung_probe_share=0.0)).levels == {-2: 1.0}
     with pytest.raises(ValueError, match="rung_probe_share must be in"):
         replace(PAPER, rung_probe_share=1.0)

@@ -29,13 +29,14 @@ budget taught nothing. The controller here:
   below the lowest for such an operation to move to, and training may not
   lift it for rounds (docs/experiments/2026-11-30-warmup-variant-mix.md,
   docs/experiments/2026-12-01-operation-holdback-and-0.95.md);
-- at a warm-up level in the band's upper half, probes the rung above with
-  a share of the capability's candidates and climbs once the rung's
-  evidence is in the band (_climb_or_probe): the temperature holds the
-  warm-up pass rate near the band's centre, and it does not say how hard
-  a family's rung is. The rung's evidence is the capability's own once it
-  has enough, else the rung's pooled over the capabilities still below it
-  (_rung_evidence);
+- at a level that shows the command (the warm-up level, the rung) in the
+  band's upper half, probes the level above with a share of the
+  capability's candidates and climbs once that level's evidence is in the
+  band (_climb_or_probe): how well the policy copies a shown command does
+  not say how hard the same task is without it (and the temperature holds
+  the warm-up pass rate near the band's centre). The level's evidence is
+  the capability's own once it has enough, else the level's pooled over
+  the capabilities still below it (_rung_evidence);
 - tilts weight toward capabilities the diagnosis found weak, and turns the
   knobs of their generators that target the root causes it found;
 - after the schedule's rounds, chooses the rollout temperature
@@ -51,7 +52,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from clawloop_assets.synthesis.generators.generator_common import WARMUP_OPERATIONS
+from clawloop_assets.synthesis.generators.generator_common import SHOWN_COMMAND_LEVEL, WARMUP_OPERATIONS
 from resources.schemas import MAX_LEVEL, MIN_LEVEL
 
 # Every generator family implements levels MIN_LEVEL to MAX_LEVEL (the scale
@@ -186,10 +187,11 @@ class Controller:
     # Weight given to diagnosed weakness: w *= 1 + weakness_tilt * failure_share
     # (docs/round.md, "The plan follows the report"). 0 turns the tilt off.
     weakness_tilt: float
-    # At a warm-up level in the band, the share of a capability's candidates
-    # that probe the rung above (_climb_or_probe): one of the five or so a
-    # capability gets; the probes of all capabilities together measure the
-    # rung (_rung_evidence). 0 turns the probe off.
+    # At a level that shows the command (-2, -1), in the band, the share of a
+    # capability's candidates that probe the level above (_climb_or_probe):
+    # one of the five or so a capability gets; the probes of all
+    # capabilities together measure that level (_rung_evidence). 0 turns
+    # the probe off.
     rung_probe_share: float
     # Rollouts (recency-weighted) needed before a level may move at all, and
     # the Wilson interval's z (95%): a level moves only on clear evidence
@@ -315,22 +317,24 @@ def decide_level(current: int, evidence: Mapping[int, CellEvidence], controller:
                      f"{described} is clearly below {'the band' if hi < low else f'{inner_low:.0%}, the inner band'}",
                      controller, pooled)
     in_upper_half = _logit(here.pass_rate) + drift >= _logit((low + high) / 2)
-    if current in WARMUP_OPERATIONS and in_upper_half and controller.rung_probe_share > 0:
+    if current <= SHOWN_COMMAND_LEVEL and in_upper_half and controller.rung_probe_share > 0:
         return _climb_or_probe(current, evidence, here, described, controller, pooled)
     return LevelDecision({current: 1.0}, here.admission_rate, f"level {current} kept: {described}")
 
 
 def _climb_or_probe(current: int, evidence: Mapping[int, CellEvidence], here: CellEvidence, described: str,
                     controller: Controller, pooled: Mapping[int, CellEvidence]) -> LevelDecision:
-    """At a warm-up level, in the band's upper half: up to the rung above
-    once the rung's evidence (_rung_evidence) puts it in the band, else a
-    probe of the rung (unless it is a measured cliff, _cliff_upper_bound).
-    The warm-up level's pass rate says how well the policy copies a shown
-    command on the family's files, not how hard the family's rung is, and
-    the controller holds that pass rate at the band's centre by the
-    temperature, so it seldom reads clearly above the band; the rung, at
-    the fixed temperature, is measured on its own
-    (docs/experiments/2026-12-03-temperature-per-level.md)."""
+    """At a level that shows the command (the warm-up level or the rung), in
+    the band's upper half: up to the level above once its evidence
+    (_rung_evidence) puts it in the band, else a probe of it (unless it is
+    a measured cliff, _cliff_upper_bound). A shown level's pass rate says
+    how well the policy copies a command, not how hard the level above is:
+    the warm-up level's does not say how hard a family's rung is (and the
+    temperature holds it at the band's centre, so it seldom reads clearly
+    above the band; docs/experiments/2026-12-03-temperature-per-level.md),
+    and the rung's does not say whether the policy finds the same command
+    from the task's words alone (level 0), a cliff it reads far above
+    (docs/experiments/2026-12-04-the-shown-tasks-in-words.md)."""
     above = current + 1
     there, whose = _rung_evidence(evidence.get(above), pooled.get(above), controller)
     low, _ = controller.band
