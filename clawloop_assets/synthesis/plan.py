@@ -363,10 +363,11 @@ def _rung_evidence(own: CellEvidence | None, pooled: CellEvidence | None,
     capabilities still below it (next_plan). A probe of one candidate per
     capability gives each only 8 rollouts a round, too few to move on and,
     with the evidence fading by recency, never enough; together they
-    measure the rung in one round (every family's rung is its own level-0
-    command shown). Families' rungs do differ (one policy's ranged from 1
-    to 10 of 16), so a capability's own evidence, once it has enough,
-    decides for it either way."""
+    measure the level in one round (every family's rung is its own level-0
+    command shown, its level 0 the same task in words). Families' levels
+    do differ (one policy's rungs ranged from 1 to 10 of 16), so a
+    capability's own evidence, once it has enough, decides for it either
+    way."""
     own = own or CellEvidence()
     if own.rollouts >= controller.min_rollouts or pooled is None or pooled.rollouts <= own.rollouts:
         return own, "own"
