@@ -333,7 +333,7 @@ def _climb_or_probe(current: int, evidence: Mapping[int, CellEvidence], here: Ce
     temperature holds it at the band's centre, so it seldom reads clearly
     above the band; docs/experiments/2026-12-03-temperature-per-level.md),
     and the rung's does not say whether the policy finds the same command
-    from the task's words alone (level 0), a cliff it reads far above
+    from the task's words alone (level 0), which passes far less often
     (docs/experiments/2026-12-04-the-shown-tasks-in-words.md)."""
     above = current + 1
     there, whose = _rung_evidence(evidence.get(above), pooled.get(above), controller)
