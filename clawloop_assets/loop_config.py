@@ -19,6 +19,7 @@ from clawloop_assets.synthesis.catalogs import round_capabilities
 from clawloop_assets.synthesis.generators.generator_common import WARMUP_LEVELS
 from clawloop_assets.synthesis.plan import Controller
 from clawloop_assets.validation.admission import AdmissionBand
+from resources.schemas import MAX_LEVEL, MIN_LEVEL
 from training_jobs.configs import recipe_config
 
 # The sampling temperatures a policy may be asked for: 0 is greedy, which
@@ -121,6 +122,11 @@ class LoopConfig(dg.ConfigurableResource):
                     "capability, domain.")
 
     # --- the difficulty controller (clawloop_assets/synthesis/plan.py) -----------------------------------------
+    first_level: int = Field(
+        default=MIN_LEVEL, ge=MIN_LEVEL, le=MAX_LEVEL,
+        description="The level every capability starts at in round 1, when the plan has no evidence yet "
+                    f"([{MIN_LEVEL}, {MAX_LEVEL}]): {MIN_LEVEL}, the warm-up level, or -1, the rung (the family's "
+                    "level-0 task with its command shown), which trains the families' own commands from round 1.")
     target_admission_rate: float = Field(
         default=0.7, gt=0, le=1, description="The admission rate the controller aims each capability at, in (0, 1].")
     min_capability_share: float = Field(

@@ -45,6 +45,10 @@ def test_first_plan_starts_at_the_lowest_level_with_the_whole_budget():
     plan = first_plan(CAPS, 36)
     assert {e.difficulty for e in plan} == {MIN_LEVEL}
     assert sum(e.candidates for e in plan) == 36
+    rung = first_plan(CAPS, 36, MIN_LEVEL + 1)
+    assert {e.difficulty for e in rung} == {MIN_LEVEL + 1} and sum(e.candidates for e in rung) == 36
+    with pytest.raises(ValueError, match="first plan's level"):
+        first_plan(CAPS, 36, MAX_LEVEL + 1)
 
 
 def test_wilson_interval_matches_the_textbook_value():

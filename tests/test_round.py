@@ -6,6 +6,7 @@ test below reads one part of it; round 2 and the production backends run
 their own."""
 
 import json
+from collections import Counter
 
 import dagster as dg
 import polars as pl
@@ -18,7 +19,7 @@ from clawloop_assets.definitions import defs, gate_checks, resources_for, round_
 from clawloop_assets.evaluation.fixed_set import is_evaluation_seed
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.synthesis.generators.generator_common import WARMUP_OPERATIONS
-from clawloop_assets.training.examples import IN_WORDS
+from clawloop_assets.training.examples import COPIES_PER_TASK, IN_WORDS
 from resources.openai_policy import OpenAICompatiblePolicyModel
 from resources.sandbox import DockerSandbox
 from resources.schemas import MIN_LEVEL
@@ -144,14 +145,24 @@ def test_grpo_reads_the_input_policys_log_probs_from_the_rollouts_it_sampled(fin
 
 @pytest.mark.slow
 def test_sft_trains_each_success_of_a_shown_task_once_more_in_words(finished_round):
-    # Round 1 is the warm-up level, whose tasks show their command: each
-    # success the SFT job trains on is there twice, shown and in words.
-    [run] = DuckDBWarehouse().read("training_runs", {"round": ROUND_ONE, "job": "sft"}).iter_rows(named=True)
+    # Round 1 is the warm-up level, whose tasks show their command: the SFT
+    # job trains T_k's successes, and in words the successes of every
+    # validated task but the held-out ones, at most COPIES_PER_TASK a task.
+    warehouse = DuckDBWarehouse()
+    [run] = warehouse.read("training_runs", {"round": ROUND_ONE, "job": "sft"}).iter_rows(named=True)
     assert run["status"] == "trained", run["reason"]
     path = finished_round.home / "rounds" / ROUND_ONE / "training" / "sft_examples.jsonl"
     ids = [json.loads(line)["rollout_id"] for line in path.read_text().splitlines()]
     copies = [i for i in ids if i.endswith(IN_WORDS)]
-    assert copies and sorted(i.removesuffix(IN_WORDS) for i in copies) == sorted(set(ids) - set(copies))
+    validated = warehouse.read("rollouts", {"round": ROUND_ONE, "phase": "validation"})
+    task_of = dict(zip(validated["rollout_id"], validated["task_id"]))
+    successes = set(validated.filter(pl.col("reward") == 1.0)["rollout_id"])
+    splits = warehouse.read("task_splits", {"round": ROUND_ONE})
+    heldout, train = (set(splits.filter(pl.col("split") == name)["task_id"]) for name in ("heldout", "train"))
+    sources = [i.removesuffix(IN_WORDS) for i in copies]
+    assert copies and set(sources) <= successes and not {task_of[i] for i in sources} & heldout
+    assert max(Counter(task_of[i] for i in sources).values()) <= COPIES_PER_TASK
+    assert sorted(set(ids) - set(copies)) == sorted(i for i in successes if task_of[i] in train)
     assert run["examples"] == len(ids)
     [materialization] = finished_round.result.asset_materializations_for_node("sft_checkpoint")
     assert materialization.metadata["examples_in_words"].value == len(copies)

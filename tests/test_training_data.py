@@ -8,6 +8,7 @@ from clawloop_assets.harness.agent_loop import first_prompt
 from clawloop_assets.synthesis.catalogs import load_domain_catalog
 from clawloop_assets.synthesis.generators.generator_common import SHOWN_COMMAND_LEAD, in_words, shown_command, with_help
 from clawloop_assets.training.examples import (
+    COPIES_PER_TASK,
     IN_WORDS,
     TRAINING_COLUMNS,
     grpo_groups,
@@ -113,6 +114,7 @@ def test_each_success_of_a_shown_task_is_copied_with_the_prompt_its_words_give(r
         _sampled(rung.task_id, 2, other_template, reply, 1.0),  # sampled under another template: left out, counted
         _sampled(rung.task_id, 3, shown, reply, 1.0, canary=True),  # saw the canary: never trained on
         _sampled(level_0.task_id, 0, level_0_prompt, reply, 1.0),  # shows nothing: no copy
+        _sampled(rung.task_id, 4, shown, reply, 1.0),  # the same trajectory as 0: copied once
     ]
     copies, unmatched = in_words_examples(table_frame("rollouts", rows), [rung, level_0], chat)
 
@@ -124,3 +126,14 @@ def test_each_success_of_a_shown_task_is_copied_with_the_prompt_its_words_give(r
     assert copy["sampling_logprobs"][len(level_0_prompt):] == [-0.25] * len(reply) + [0.0] * 3
     assert copy["group_id"] == rung.task_id and copy["reward"] == 1.0 and copy["temperature"] == 0.7
     assert set(copies.columns) == set(TRAINING_COLUMNS)
+
+
+def test_a_task_gives_at_most_its_share_of_copies_in_words(rung_and_level_0, base_checkpoint_dir):
+    # A task passed 8 of 8 would otherwise weigh its one sentence 8 times.
+    rung, _ = rung_and_level_0
+    chat = ChatTemplate.of_checkpoint(base_checkpoint_dir)
+    shown, reply = first_prompt(chat, rung.instruction), chat.encode("ls\n```")
+    rows = [_sampled(rung.task_id, i, shown, reply + [i], 1.0) for i in range(COPIES_PER_TASK + 2)]
+    copies, unmatched = in_words_examples(table_frame("rollouts", rows), [rung], chat)
+    assert unmatched == 0
+    assert copies["rollout_id"].to_list() == [f"{rung.task_id}.validation.{i}{IN_WORDS}" for i in range(COPIES_PER_TASK)]

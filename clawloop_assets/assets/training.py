@@ -89,14 +89,20 @@ def _train(context, warehouse, launcher, loop, job, frame, start: PolicyRef, ref
 @dg.asset(partitions_def=round_partitions, group_name=GROUP, pool=WAREHOUSE_WRITER_POOL, deps=[task_splits])
 def sft_checkpoint(context: dg.AssetExecutionContext, warehouse: Warehouse, policy: PolicyModel,
                    training_launcher: TrainingLauncher, loop: LoopConfig) -> dg.MaterializeResult:
-    """Self-distillation: SFT on the successful trajectories of T_k, loss on action tokens only."""
+    """Self-distillation: SFT on the successful trajectories of T_k, loss on action tokens only; with
+    `sft_in_words`, also the successes of every shown task outside the held-out split, as the task in words."""
     key = context.partition_key
     start = input_policy(warehouse, policy, key)
     rollouts = require_rows(warehouse, "rollouts", key, "validation_rollouts", phase="validation")
     train_ids = split_task_ids(warehouse, key, "train")
     frame, in_words, unmatched = sft_examples(rollouts, train_ids), 0, 0
-    if loop.sft_in_words and not frame.is_empty():
-        copies, unmatched = in_words_examples(rollouts, load_bundles(warehouse, key, train_ids),
+    if loop.sft_in_words:
+        # Every validated task but the held-out ones, admitted or not: a
+        # task too easy to admit shown is still a success in words, and the
+        # held-out tasks measure the training, so none of theirs is in it.
+        heldout = set(split_task_ids(warehouse, key, "heldout"))
+        copied_ids = sorted(set(rollouts["task_id"]) - heldout)
+        copies, unmatched = in_words_examples(rollouts, load_bundles(warehouse, key, copied_ids),
                                               ChatTemplate.of_checkpoint(start.path))
         frame, in_words = pl.concat([frame, copies]), copies.height
     result = _train(context, warehouse, training_launcher, loop, "sft", frame, start, start, "sft")

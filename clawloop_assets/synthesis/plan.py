@@ -234,10 +234,13 @@ class Controller:
             raise ValueError(f"temperature_range must be (low, high) with 0 < low <= high, got {self.temperature_range}")
 
 
-def first_plan(capabilities: Sequence[str], candidates_per_round: int) -> list[PlanEntry]:
+def first_plan(capabilities: Sequence[str], candidates_per_round: int, level: int = MIN_LEVEL) -> list[PlanEntry]:
+    """Round 1 has no evidence: every capability gets an even share at `level`."""
+    if not MIN_LEVEL <= level <= MAX_LEVEL:
+        raise ValueError(f"the first plan's level must be in [{MIN_LEVEL}, {MAX_LEVEL}], got {level}")
     weight = 1.0 / len(capabilities)
     counts = _apportion(candidates_per_round, {c: weight for c in capabilities}, 0.0)
-    return [PlanEntry(c, MIN_LEVEL, weight, counts[c], f"round 1: every capability starts at level {MIN_LEVEL}")
+    return [PlanEntry(c, level, weight, counts[c], f"round 1: every capability starts at level {level}")
             for c in capabilities]
 
 

@@ -17,6 +17,9 @@ from resources.policy import ChatTemplate
 TRAINING_COLUMNS = ["rollout_id", "group_id", "reward", "token_ids", "action_mask", "sampling_logprobs", "temperature"]
 # The suffix of a success's rollout id in its copy as the task in words.
 IN_WORDS = ".in_words"
+# Copies in words of one task at most: each teaches the same sentence, and a
+# task passed 8 of 8 should not outweigh the sentences of tasks passed once.
+COPIES_PER_TASK = 4
 
 
 def _train_rollouts(rollouts: pl.DataFrame, train_task_ids: Iterable[str]) -> pl.DataFrame:
@@ -38,17 +41,20 @@ def sft_examples(rollouts: pl.DataFrame, train_task_ids: Iterable[str]) -> pl.Da
 def in_words_examples(rollouts: pl.DataFrame, bundles: Sequence[TaskBundle],
                       chat: ChatTemplate) -> tuple[pl.DataFrame, int]:
     """The successes of those of `bundles` that show their command (levels
-    -2 and -1: " Run: <command>"), each once more as the same task in
-    words: the prompt its words give, then the same replies and
-    observations, the loss still on the agent's own tokens only.
+    -2 and -1: " Run: <command>") once more as the same task in words: the
+    prompt its words give, then the same replies and observations, the loss
+    still on the agent's own tokens only. Each distinct trajectory of a task
+    is copied once, and at most COPIES_PER_TASK of them.
 
     The copy is a success of the task in words: the same replies in the
     same workspace pass the same verifier, whatever the instruction said.
     It trains what level 0 asks and copying a shown command never does,
-    the command from the words alone. Returns the copies and how many
-    successes were left out because their recorded prompt is not the one
-    `chat` gives the shown instruction (sampled under another template):
-    only a prompt known token for token can be swapped."""
+    the command from the words alone. So a task too easy to admit (passed
+    6 of 8 shown) still gives copies: in words it is not easy. Returns the
+    copies and how many successes were left out because their recorded
+    prompt is not the one `chat` gives the shown instruction (sampled
+    under another template): only a prompt known token for token can be
+    swapped."""
     words_of: dict[str, tuple[list[int], list[int]]] = {}
     for bundle in bundles:
         try:
@@ -59,14 +65,18 @@ def in_words_examples(rollouts: pl.DataFrame, bundles: Sequence[TaskBundle],
         words = in_words(instruction, command)
         if words != instruction:
             words_of[bundle.task_id] = (first_prompt(chat, instruction), first_prompt(chat, words))
-    successes = _train_rollouts(rollouts, words_of).filter(pl.col("reward") == 1.0)
-    copies, unmatched = [], 0
+    successes = _train_rollouts(rollouts, words_of).filter(pl.col("reward") == 1.0).sort("rollout_id")
+    copies, unmatched, copied = [], 0, {task: set() for task in words_of}
     for row in successes.iter_rows(named=True):
         shown, words = words_of[row["group_id"]]
         cut = row["prompt_tokens"]
         if cut != len(shown) or list(row["token_ids"][:cut]) != shown:
             unmatched += 1
             continue
+        trajectory, seen = tuple(row["token_ids"][cut:]), copied[row["group_id"]]
+        if trajectory in seen or len(seen) >= COPIES_PER_TASK:
+            continue
+        seen.add(trajectory)
         copies.append({
             **{column: row[column] for column in TRAINING_COLUMNS},
             "rollout_id": row["rollout_id"] + IN_WORDS,
