@@ -16,7 +16,7 @@ from clawloop_assets.evaluation.fixed_set import EvaluationSetSpec
 from clawloop_assets.harness.agent_loop import AgentSettings
 from clawloop_assets.partitions import round_number
 from clawloop_assets.synthesis.catalogs import round_capabilities
-from clawloop_assets.synthesis.generators.generator_common import WARMUP_LEVELS
+from clawloop_assets.synthesis.generators.generator_common import SHOWN_COMMAND_LEVEL, WARMUP_LEVELS
 from clawloop_assets.synthesis.plan import Controller
 from clawloop_assets.validation.admission import AdmissionBand
 from resources.schemas import MAX_LEVEL, MIN_LEVEL
@@ -123,10 +123,12 @@ class LoopConfig(dg.ConfigurableResource):
 
     # --- the difficulty controller (clawloop_assets/synthesis/plan.py) -----------------------------------------
     first_level: int = Field(
-        default=MIN_LEVEL, ge=MIN_LEVEL, le=MAX_LEVEL,
+        default=SHOWN_COMMAND_LEVEL, ge=MIN_LEVEL, le=MAX_LEVEL,
         description="The level every capability starts at in round 1, when the plan has no evidence yet "
-                    f"([{MIN_LEVEL}, {MAX_LEVEL}]): {MIN_LEVEL}, the warm-up level, or -1, the rung (the family's "
-                    "level-0 task with its command shown), which trains the families' own commands from round 1.")
+                    f"([{MIN_LEVEL}, {MAX_LEVEL}]). The rung -1 (the family's level-0 task with its command "
+                    "shown) trains the families' own commands from round 1, and with them their words; a start "
+                    f"at the warm-up level {MIN_LEVEL} admits more in rounds 1-2 but, trained there, the policy "
+                    "loses the rung and never climbs (docs/experiments/2026-12-04-the-copies-from-every-success.md).")
     target_admission_rate: float = Field(
         default=0.7, gt=0, le=1, description="The admission rate the controller aims each capability at, in (0, 1].")
     min_capability_share: float = Field(

@@ -111,10 +111,14 @@ def small_round():
     from benchmarks.round_phases import bench_round
     from clawloop_assets.loop_config import LoopConfig
     from clawloop_assets.synthesis.catalogs import round_capabilities
+    from resources.schemas import MIN_LEVEL
 
     bench = bench_round()
+    # Round 1 at the warm-up level: its tasks pass often enough that each
+    # phase has successes to train on at these sizes.
     return LoopConfig(**{**bench.model_dump(), "candidates_per_round": len(round_capabilities(bench.synthesis_routes)),
-                         "rollouts_per_task": 4, "admission_high": 3, "train_eval_samples": 2, "train_max_steps": 2})
+                         "rollouts_per_task": 4, "admission_high": 3, "train_eval_samples": 2, "train_max_steps": 2,
+                         "first_level": MIN_LEVEL})
 
 
 def materialize_round(instance, round_key, loop=None, selection=None, **backends):

@@ -376,7 +376,7 @@ def test_run_rounds_tables_a_real_round(finished_round, tmp_path):
     assert len(cells) == len(run_rounds.COLUMNS) == header.count("|") - 1
     assert cells[:3] == ["1", "4.2min", f"{summary['admitted']} / {summary['candidates']} "
                                          f"({100 * summary['admission_rate']:.1f}%)"]
-    # Round one plans every capability at the lowest level.
+    # The round tests' round 1 plans every capability at the warm-up level.
     assert cells[4] == f"-2: {summary['candidates']}" and cells[5] == "0" and cells[6] == "0, 0"
     # The evaluation by level: each level the round evaluated with its interval, the others "-".
     for level, cell in zip(("-2", "-1", "0", "1"), cells[-4:]):

@@ -1,5 +1,5 @@
 """The synthesis plan: which capabilities, at which difficulty, how many
-candidates. Round 1 starts every capability at the lowest level. From round 2 on a
+candidates. Round 1 starts every capability at one level (`loop.first_level`). From round 2 on a
 closed-loop controller plans from the evidence of every round so far.
 
 Why closed-loop: the paper grew difficulty open-loop and overshot; its
