@@ -42,7 +42,7 @@ def test_the_controllers_knobs_come_from_loop_config_alone():
 
 
 def test_first_plan_starts_at_the_lowest_level_with_the_whole_budget():
-    plan = first_plan(CAPS, 36)
+    plan = first_plan(CAPS, 36, MIN_LEVEL)
     assert {e.difficulty for e in plan} == {MIN_LEVEL}
     assert sum(e.candidates for e in plan) == 36
     rung = first_plan(CAPS, 36, MIN_LEVEL + 1)
@@ -250,7 +250,7 @@ def simulate(planner, rounds=10, candidates=256, seed=0):
     rng = random.Random(seed)
     # Skills relative to the lowest level, where round 1 starts.
     policy = SimulatedPolicy(dict(zip(CAPS, [MIN_LEVEL + s for s in (-1.0, -0.5, 0.0, 0.25, 0.5, 1.0)])), rng)
-    plan, history, rates, plans = first_plan(CAPS, candidates), [], [], []
+    plan, history, rates, plans = first_plan(CAPS, candidates, MIN_LEVEL), [], [], []
     for _ in range(rounds):
         plans.append(plan)
         evidence, rate = policy.run_round(plan)

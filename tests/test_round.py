@@ -144,7 +144,7 @@ def test_grpo_reads_the_input_policys_log_probs_from_the_rollouts_it_sampled(fin
 
 
 @pytest.mark.slow
-def test_sft_trains_each_success_of_a_shown_task_once_more_in_words(finished_round):
+def test_sft_trains_the_shown_tasks_successes_once_more_in_words(finished_round):
     # Round 1 is the warm-up level, whose tasks show their command: the SFT
     # job trains T_k's successes, and in words the successes of every
     # validated task but the held-out ones, at most COPIES_PER_TASK a task.

@@ -102,7 +102,7 @@ def _sampled(task_id: str, index: int, prompt: list[int], reply: list[int], rewa
                   "prompt_tokens": len(prompt), "generated_tokens": len(reply)}
 
 
-def test_each_success_of_a_shown_task_is_copied_with_the_prompt_its_words_give(rung_and_level_0, base_checkpoint_dir):
+def test_a_shown_tasks_successes_are_copied_with_the_prompt_its_words_give(rung_and_level_0, base_checkpoint_dir):
     rung, level_0 = rung_and_level_0
     chat = ChatTemplate.of_checkpoint(base_checkpoint_dir)
     shown, level_0_prompt = first_prompt(chat, rung.instruction), first_prompt(chat, level_0.instruction)

@@ -234,7 +234,7 @@ class Controller:
             raise ValueError(f"temperature_range must be (low, high) with 0 < low <= high, got {self.temperature_range}")
 
 
-def first_plan(capabilities: Sequence[str], candidates_per_round: int, level: int = MIN_LEVEL) -> list[PlanEntry]:
+def first_plan(capabilities: Sequence[str], candidates_per_round: int, level: int) -> list[PlanEntry]:
     """Round 1 has no evidence: every capability gets an even share at `level`."""
     if not MIN_LEVEL <= level <= MAX_LEVEL:
         raise ValueError(f"the first plan's level must be in [{MIN_LEVEL}, {MAX_LEVEL}], got {level}")
