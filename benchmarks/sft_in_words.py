@@ -2,10 +2,11 @@
 finished run's policy on the successes of its shown tasks (levels -2 and
 -1, every round's validation), either as sampled or as the same tasks in
 words (`clawloop_assets.training.examples.in_words_examples`, what the
-loop's SFT adds: each distinct trajectory, at most four a task; the study
-below ran before that rule and copied every success), then the run's level-0 evaluation tasks in words and
-with their command shown (`benchmarks.rung_forms`). The measurements
-behind docs/experiments/2026-12-04-the-shown-tasks-in-words.md.
+loop's SFT adds: each distinct trajectory once, at most four a task),
+then the run's level-0 evaluation tasks in words and with their command
+shown (`benchmarks.rung_forms`). The measurements behind
+docs/experiments/2026-12-04-the-shown-tasks-in-words.md, taken before
+that rule, when every success was copied.
 
 Not part of `make bench` (it reads a finished run and trains):
 

@@ -100,8 +100,8 @@ def sft_checkpoint(context: dg.AssetExecutionContext, warehouse: Warehouse, poli
         # Every validated task but the held-out ones, admitted or not: a
         # task too easy to admit shown is still a success in words, and the
         # held-out tasks measure the training, so none of theirs is in it.
-        heldout = set(split_task_ids(warehouse, key, "heldout"))
-        copied_ids = sorted(set(rollouts["task_id"]) - heldout)
+        solved = set(rollouts.filter(pl.col("reward") == 1.0)["task_id"])
+        copied_ids = sorted(solved - set(split_task_ids(warehouse, key, "heldout")))
         copies, unmatched = in_words_examples(rollouts, load_bundles(warehouse, key, copied_ids),
                                               ChatTemplate.of_checkpoint(start.path))
         frame, in_words = pl.concat([frame, copies]), copies.height
