@@ -1,6 +1,7 @@
 """The synthesis plan: which capabilities, at which difficulty, how many
 candidates. Round 1 splits every capability's candidates evenly over the
-levels `loop.first_levels`. From round 2 on a closed-loop controller plans from the evidence of every round so far.
+levels `loop.first_levels`. From round 2 on a closed-loop controller plans
+from the evidence of every round so far.
 
 Why closed-loop: the paper grew difficulty open-loop and overshot; its
 admission rate went 65.6% -> 45.8% -> 55.4%, so a third to a half of a round's
