@@ -122,14 +122,13 @@ class LoopConfig(dg.ConfigurableResource):
                     "capability, domain.")
 
     # --- the difficulty controller (clawloop_assets/synthesis/plan.py) -----------------------------------------
-    first_levels: list[int] = Field(
-        default=[SHOWN_COMMAND_LEVEL], min_length=1,
-        description="The levels every capability starts at in round 1, its candidates split evenly over them, "
-                    f"when the plan has no evidence yet (distinct, each in [{MIN_LEVEL}, {MAX_LEVEL}]). The rung "
-                    "-1 (the family's level-0 task with its command shown) trains the families' own commands "
-                    f"from round 1, and with them their words; a start at the warm-up level {MIN_LEVEL} alone admits "
-                    "more in rounds 1-2 but, trained there, the policy loses the rung and never climbs "
-                    "(docs/experiments/2026-12-04-the-copies-from-every-success.md).")
+    first_level: int = Field(
+        default=SHOWN_COMMAND_LEVEL, ge=MIN_LEVEL, le=MAX_LEVEL,
+        description="The level every capability starts at in round 1, when the plan has no evidence yet "
+                    f"([{MIN_LEVEL}, {MAX_LEVEL}]). The rung -1 (the family's level-0 task with its command "
+                    "shown) trains the families' own commands from round 1, and with them their words; a start "
+                    f"at the warm-up level {MIN_LEVEL} admits more in rounds 1-2 but, trained there, the policy "
+                    "loses the rung and never climbs (docs/experiments/2026-12-04-the-copies-from-every-success.md).")
     target_admission_rate: float = Field(
         default=0.7, gt=0, le=1, description="The admission rate the controller aims each capability at, in (0, 1].")
     min_capability_share: float = Field(
@@ -217,10 +216,6 @@ class LoopConfig(dg.ConfigurableResource):
         if not self.round_temperatures or not all(0 < t <= MAX_TEMPERATURE for t in self.round_temperatures):
             raise ValueError(f"round_temperatures must be a non-empty list of temperatures in (0, {MAX_TEMPERATURE:g}], "
                              f"got {self.round_temperatures}")
-        if len(set(self.first_levels)) != len(self.first_levels) or not all(
-                MIN_LEVEL <= level <= MAX_LEVEL for level in self.first_levels):
-            raise ValueError(f"first_levels must be distinct levels in [{MIN_LEVEL}, {MAX_LEVEL}], "
-                             f"got {self.first_levels}")
         if self.evaluation_samples < 1:
             raise ValueError(f"evaluation_samples must be at least 1, got {self.evaluation_samples}")
         self.evaluation_set()  # raises naming the bad capability, level or seed count

@@ -118,7 +118,7 @@ def small_round():
     # phase has successes to train on at these sizes.
     return LoopConfig(**{**bench.model_dump(), "candidates_per_round": len(round_capabilities(bench.synthesis_routes)),
                          "rollouts_per_task": 4, "admission_high": 3, "train_eval_samples": 2, "train_max_steps": 2,
-                         "first_levels": [MIN_LEVEL]})
+                         "first_level": MIN_LEVEL})
 
 
 def materialize_round(instance, round_key, loop=None, selection=None, **backends):

@@ -173,7 +173,7 @@ def test_no_round_ever_draws_an_evaluation_seed_or_task(clawloop_home):
     capabilities = [c.id for c in round_capabilities(ROUTES)]
     for number, candidates in [(1, 64), (2, 64), (9999, 64), (9999, 5000)]:
         key = round_key(number)
-        plan = first_plan(capabilities, candidates, LoopConfig().first_levels)
+        plan = first_plan(capabilities, candidates, LoopConfig().first_level)
         rows = [{"round": key, "capability_id": e.capability_id, "difficulty": e.difficulty, "weight": e.weight,
                  "candidates": e.candidates, "source_round": None, "reason": e.reason, "knobs": []} for e in plan]
         warehouse.replace("synthesis_plans", table_frame("synthesis_plans", rows), {"round": key})

@@ -80,7 +80,7 @@ BAD_VALUES = {
     "controller_recency": [-0.5, 2],
     "weakness_tilt": [-1],
     "rung_probe_share": [-0.1, 1],
-    "first_levels": [[-3], [6], [], [-1, -1], -1, ["-1"]],
+    "first_level": [-3, 6, "-1", -1.0],
     "model_failure_summaries": ["no"],
     "diagnose_unsolved_candidates": [0],
     "summary_probe": [-1],

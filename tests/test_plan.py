@@ -41,24 +41,14 @@ def test_the_controllers_knobs_come_from_loop_config_alone():
                                            weakness_tilt=0.0, rung_probe_share=0.0)
 
 
-def test_first_plan_starts_at_its_level_with_the_whole_budget():
-    plan = first_plan(CAPS, 36, [MIN_LEVEL])
+def test_first_plan_starts_at_the_lowest_level_with_the_whole_budget():
+    plan = first_plan(CAPS, 36, MIN_LEVEL)
     assert {e.difficulty for e in plan} == {MIN_LEVEL}
     assert sum(e.candidates for e in plan) == 36
-    rung = first_plan(CAPS, 36, [MIN_LEVEL + 1])
+    rung = first_plan(CAPS, 36, MIN_LEVEL + 1)
     assert {e.difficulty for e in rung} == {MIN_LEVEL + 1} and sum(e.candidates for e in rung) == 36
-    for bad in ([MAX_LEVEL + 1], [], [MIN_LEVEL, MIN_LEVEL]):
-        with pytest.raises(ValueError, match="first plan's levels"):
-            first_plan(CAPS, 36, bad)
-
-
-def test_first_plan_splits_each_capability_over_its_levels_the_higher_taking_the_odd_one():
-    plan = first_plan(CAPS, 5 * len(CAPS) + 1, [MIN_LEVEL + 1, MIN_LEVEL])
-    assert sum(e.candidates for e in plan) == 5 * len(CAPS) + 1
-    by_capability = {c: {e.difficulty: e.candidates for e in plan if e.capability_id == c} for c in CAPS}
-    assert {MIN_LEVEL: 2, MIN_LEVEL + 1: 3} in by_capability.values()
-    assert all(split[MIN_LEVEL + 1] - split[MIN_LEVEL] in (0, 1) for split in by_capability.values())
-    assert sum(e.weight for e in plan) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="first plan's level"):
+        first_plan(CAPS, 36, MAX_LEVEL + 1)
 
 
 def test_wilson_interval_matches_the_textbook_value():
@@ -260,7 +250,7 @@ def simulate(planner, rounds=10, candidates=256, seed=0):
     rng = random.Random(seed)
     # Skills relative to the lowest level, where round 1 starts.
     policy = SimulatedPolicy(dict(zip(CAPS, [MIN_LEVEL + s for s in (-1.0, -0.5, 0.0, 0.25, 0.5, 1.0)])), rng)
-    plan, history, rates, plans = first_plan(CAPS, candidates, [MIN_LEVEL]), [], [], []
+    plan, history, rates, plans = first_plan(CAPS, candidates, MIN_LEVEL), [], [], []
     for _ in range(rounds):
         plans.append(plan)
         evidence, rate = policy.run_round(plan)

@@ -1,7 +1,6 @@
 """The synthesis plan: which capabilities, at which difficulty, how many
-candidates. Round 1 splits every capability's candidates evenly over the
-levels `loop.first_levels`. From round 2 on a closed-loop controller plans
-from the evidence of every round so far.
+candidates. Round 1 starts every capability at one level (`loop.first_level`). From round 2 on a
+closed-loop controller plans from the evidence of every round so far.
 
 Why closed-loop: the paper grew difficulty open-loop and overshot; its
 admission rate went 65.6% -> 45.8% -> 55.4%, so a third to a half of a round's
@@ -235,23 +234,14 @@ class Controller:
             raise ValueError(f"temperature_range must be (low, high) with 0 < low <= high, got {self.temperature_range}")
 
 
-def first_plan(capabilities: Sequence[str], candidates_per_round: int, levels: Sequence[int]) -> list[PlanEntry]:
-    """Round 1 has no evidence: every capability gets an even share, split
-    evenly over `levels`, the higher levels taking what does not divide (the
-    capability's level for round 2 is the one with most candidates)."""
-    if not levels or len(set(levels)) != len(levels) or not all(MIN_LEVEL <= level <= MAX_LEVEL for level in levels):
-        raise ValueError(f"the first plan's levels must be distinct levels in [{MIN_LEVEL}, {MAX_LEVEL}], got {list(levels)}")
+def first_plan(capabilities: Sequence[str], candidates_per_round: int, level: int) -> list[PlanEntry]:
+    """Round 1 has no evidence: every capability gets an even share at `level`."""
+    if not MIN_LEVEL <= level <= MAX_LEVEL:
+        raise ValueError(f"the first plan's level must be in [{MIN_LEVEL}, {MAX_LEVEL}], got {level}")
     weight = 1.0 / len(capabilities)
     counts = _apportion(candidates_per_round, {c: weight for c in capabilities}, 0.0)
-    named = ", ".join(map(str, sorted(levels)))
-    plan = []
-    for capability in capabilities:
-        each, rest = divmod(counts[capability], len(levels))
-        split = {level: each + (i < rest) for i, level in enumerate(sorted(levels, reverse=True))}
-        plan += [PlanEntry(capability, level, weight / len(levels), split[level],
-                           f"round 1: every capability starts at level{'s' if len(levels) > 1 else ''} {named}")
-                 for level in sorted(split) if split[level]]
-    return plan
+    return [PlanEntry(c, level, weight, counts[c], f"round 1: every capability starts at level {level}")
+            for c in capabilities]
 
 
 @dataclass(frozen=True)
