@@ -20,10 +20,12 @@ from clawloop_assets.evaluation.fixed_set import (
     level_figures,
     own_dir,
     own_task_levels,
+    paired_change_by_level,
     pass_at_1,
     pass_at_1_by_level,
     planned_cells,
     planned_tasks,
+    sign_test,
     wilson_interval,
 )
 from clawloop_assets.harbor.task_format import MANIFEST_NAME
@@ -271,6 +273,30 @@ def test_pass_at_1_by_level_splits_the_own_set_and_leaves_imports_out():
     assert level_figures(by_level) == {
         "-2": {"pass_at_1": warm.pass_at_1, "ci_low": warm.ci_low, "ci_high": warm.ci_high, "tasks": 3},
         "0": {"pass_at_1": 0.0, "ci_low": 0.0, "ci_high": by_level[0].ci_high, "tasks": 2}}
+
+
+def test_sign_test_matches_the_binomial_tails():
+    assert sign_test(15, 1) == pytest.approx(2 * 17 / 2**16)
+    assert sign_test(1, 15) == sign_test(15, 1)
+    assert sign_test(12, 2) == pytest.approx(2 * (1 + 14 + 91) / 2**14)
+    assert sign_test(3, 3) == 1.0 and sign_test(0, 0) == 1.0  # capped; nothing moved
+
+
+def test_paired_change_compares_each_level_task_by_task_over_the_tasks_both_rounds_sampled():
+    before = _rollouts({
+        "r1": [("scored", 1.0)], "r2": [("scored", 0.0)], "r3": [("scored", 0.0)],
+        "z1": [("scored", 0.0), ("scored", 1.0)], "z2": [("scored", 0.0), ("scored", 0.0)],
+    })
+    after = _rollouts({
+        "r1": [("scored", 0.0)], "r2": [("scored", 1.0)], "r3": [("sandbox_error", None)],  # an error is no pass
+        "z1": [("scored", 1.0), ("scored", 1.0)], "z2": [("scored", 0.0), ("scored", 0.0)],
+        "z3": [("scored", 1.0)],  # sampled after only: not compared
+    })
+    levels = {"r1": -1, "r2": -1, "r3": -1, "z1": 0, "z2": 0, "z3": 0}
+    change = paired_change_by_level(before, after, levels)
+    assert [(level, c.tasks, c.rose, c.fell, c.p_value) for level, c in change.items()] == [
+        (-1, 3, 1, 1, 1.0), (0, 2, 1, 0, 1.0)]
+    assert paired_change_by_level(_rollouts({}), after, levels) == {}
 
 
 def test_a_graded_set_records_each_tasks_level_and_its_warm_up_tasks_their_operation(clawloop_home):

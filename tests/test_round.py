@@ -137,6 +137,31 @@ def test_the_evaluation_set_ran_on_the_trained_policy_and_shares_no_task(finishe
 
 
 @pytest.mark.slow
+def test_the_evaluation_compares_each_level_with_round_one_task_by_task(finished_round):
+    """Round 2's evaluation with round 1's own policy: the same tasks with
+    the same sample streams, so no task moves. Round 2 borrows round 1's
+    checkpoint row for this and gives it back, with its evaluation's rows."""
+    warehouse = DuckDBWarehouse()
+    second = "round-0002"
+    policy_row = warehouse.read("checkpoints", {"round": ROUND_ONE, "kind": "policy"})
+    warehouse.replace("checkpoints", policy_row.with_columns(pl.lit(second).alias("round")),
+                      {"round": second, "kind": "policy"})
+    try:
+        result = materialize_round(dg.DagsterInstance.ephemeral(), second, SMALL_ROUND,
+                                   selection=dg.AssetSelection.assets("evaluation"))
+        assert result.success, why_stopped(result)
+        [materialization] = result.asset_materializations_for_node("evaluation")
+        table = materialization.metadata["by_level_since_round_1"].value
+        assert "| -1 | 2 | 0 | 0 | 1.0 |" in table and "| 0 | 2 | 0 | 0 | 1.0 |" in table
+    finally:
+        warehouse.replace("checkpoints", policy_row.clear(), {"round": second, "kind": "policy"})
+        for table in ("rollouts", "cost_ledger"):
+            warehouse.replace(table, warehouse.read(table).clear(), {"round": second, "phase": "evaluation"})
+    first = finished_round.result.asset_materializations_for_node("evaluation")[0]
+    assert first.metadata["by_level_since_round_1"].value == "none (round 1 itself)"
+
+
+@pytest.mark.slow
 def test_grpo_reads_the_input_policys_log_probs_from_the_rollouts_it_sampled(finished_round):
     [run] = DuckDBWarehouse().read("training_runs", {"round": ROUND_ONE, "job": "grpo"}).iter_rows(named=True)
     assert run["status"] == "trained", run["reason"]

@@ -13,6 +13,7 @@ from clawloop_assets.evaluation.fixed_set import (
     evaluation_tasks,
     left_out_on,
     level_figures,
+    paired_change_by_level,
     pass_at_1,
     pass_at_1_by_level,
     pass_at_1_by_set,
@@ -21,7 +22,7 @@ from clawloop_assets.evaluation.fixed_set import (
 from clawloop_assets.harness.agent_loop import rollout_row, run_rollouts
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.markdown import markdown_table
-from clawloop_assets.partitions import round_partitions
+from clawloop_assets.partitions import round_key, round_partitions
 from clawloop_assets.round_state import round_policy, workdir
 from resources.policy import PolicyModel
 from resources.sandbox import Sandbox
@@ -77,7 +78,12 @@ def evaluation(context: dg.AssetExecutionContext, warehouse: Warehouse, sandbox:
         figure.update({f"pass_at_1[{name}]": part.pass_at_1, f"ci_low[{name}]": part.ci_low,
                        f"ci_high[{name}]": part.ci_high})
     # Our own set level by level (imported benchmarks stay apart, above): the ladder.
-    by_level = pass_at_1_by_level(frame, {t.task_id: t.bundle.difficulty for t in tasks if t.source == "own"})
+    own_levels = {t.task_id: t.bundle.difficulty for t in tasks if t.source == "own"}
+    by_level = pass_at_1_by_level(frame, own_levels)
+    # And whether each level moved since round 1, task by task.
+    first = round_key(1)
+    since_first = ({} if key == first else
+                   paired_change_by_level(warehouse.read("rollouts", {"round": first, "phase": PHASE}), frame, own_levels))
     for level, part in by_level.items():
         figure.update({f"pass_at_1[L{level}]": part.pass_at_1, f"ci_low[L{level}]": part.ci_low,
                        f"ci_high[L{level}]": part.ci_high})
@@ -94,6 +100,10 @@ def evaluation(context: dg.AssetExecutionContext, warehouse: Warehouse, sandbox:
         "by_level": markdown_table(["level (own set)", "tasks", "pass@1", "95% interval"], [
             (level, part.tasks, part.pass_at_1, f"[{part.ci_low}, {part.ci_high}]") for level, part in by_level.items()]),
         "evaluation_by_level": dg.MetadataValue.json(level_figures(by_level)),
+        "by_level_since_round_1": markdown_table(
+            ["level (own set)", "tasks in both", "pass rate rose", "fell", "sign test p"],
+            [(level, c.tasks, c.rose, c.fell, c.p_value) for level, c in since_first.items()])
+        if since_first else f"none ({'round 1 itself' if key == first else 'round 1 has no evaluation of these tasks'})",
         "samples_per_task": loop.evaluation_samples,
         # Errored samples count as not passed (never dropped); checks.py blocks a round with too many.
         "error_rollouts": score.errors,

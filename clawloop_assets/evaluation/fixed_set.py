@@ -401,6 +401,50 @@ def pass_at_1_by_level(rollouts: pl.DataFrame, levels: Mapping[str, int]) -> dic
             for level, ids in sorted(by_level.items())}
 
 
+@dataclass(frozen=True)
+class PairedChange:
+    """How one level's tasks moved between two rounds' policies, task by task."""
+
+    tasks: int  # the level's tasks both rounds sampled
+    rose: int  # tasks whose pass rate rose
+    fell: int  # tasks whose pass rate fell
+    p_value: float  # exact two-sided sign test of rose against fell (sign_test)
+
+
+def sign_test(rose: int, fell: int) -> float:
+    """Exact two-sided sign test: 2 P(X <= min(rose, fell)) for X ~
+    Binomial(rose + fell, 1/2), at most 1; 1 when no task moved."""
+    moved = rose + fell
+    tail = sum(math.comb(moved, i) for i in range(min(rose, fell) + 1)) / 2 ** moved
+    return min(1.0, 2 * tail)
+
+
+def paired_change_by_level(before: pl.DataFrame, after: pl.DataFrame,
+                           levels: Mapping[str, int]) -> dict[int, PairedChange]:
+    """Per level of the own set (`levels`: task id -> level), the tasks whose
+    pass rate rose and fell from the `before` rollouts to the `after` ones,
+    over the tasks both sampled. Every round samples the same tasks with
+    the same sample streams (evaluation_sampling_seed), so a task that
+    moved moved with the policy. Why beside the intervals: a level's
+    interval is over its tasks, about 25 points wide at 26, so two rounds'
+    intervals overlap unless the level moves far; the same tasks compared
+    one by one resolve a smaller rise
+    (docs/experiments/2026-12-04-round-2s-admission.md)."""
+    def rates(frame: pl.DataFrame) -> dict[str, float]:
+        per_task = pass_at_1(frame).per_task
+        return dict(zip(per_task["task_id"].to_list(), per_task["pass_rate"].to_list()))
+
+    old, new = rates(before), rates(after)
+    out = {}
+    for level in sorted(set(levels.values())):
+        both = [t for t, lv in levels.items() if lv == level and t in old and t in new]
+        if both:
+            rose = sum(new[t] > old[t] for t in both)
+            fell = sum(new[t] < old[t] for t in both)
+            out[level] = PairedChange(len(both), rose, fell, round(sign_test(rose, fell), 4))
+    return out
+
+
 def level_figures(by_level: Mapping[int, PassAtOne]) -> dict[str, dict]:
     """The per-level figures as summary.json holds them: {"<level>": {pass_at_1,
     ci_low, ci_high, tasks}}, levels as strings (JSON keys), lowest first."""
