@@ -152,7 +152,7 @@ def test_the_evaluation_compares_each_level_with_round_one_task_by_task(finished
         assert result.success, why_stopped(result)
         [materialization] = result.asset_materializations_for_node("evaluation")
         table = materialization.metadata["by_level_since_round_1"].value
-        assert "| -1 | 2 | 0 | 0 | 1.0 |" in table and "| 0 | 2 | 0 | 0 | 1.0 |" in table
+        assert "| -1 | 2 | 0 | 0 | 1 |" in table and "| 0 | 2 | 0 | 0 | 1 |" in table
     finally:
         warehouse.replace("checkpoints", policy_row.clear(), {"round": second, "kind": "policy"})
         for table in ("rollouts", "cost_ledger"):

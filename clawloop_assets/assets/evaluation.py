@@ -102,7 +102,7 @@ def evaluation(context: dg.AssetExecutionContext, warehouse: Warehouse, sandbox:
         "evaluation_by_level": dg.MetadataValue.json(level_figures(by_level)),
         "by_level_since_round_1": markdown_table(
             ["level (own set)", "tasks in both", "pass rate rose", "fell", "sign test p"],
-            [(level, c.tasks, c.rose, c.fell, c.p_value) for level, c in since_first.items()])
+            [(level, c.tasks, c.rose, c.fell, f"{c.p_value:.2g}") for level, c in since_first.items()])
         if since_first else f"none ({'round 1 itself' if key == first else 'round 1 has no evaluation of these tasks'})",
         "samples_per_task": loop.evaluation_samples,
         # Errored samples count as not passed (never dropped); checks.py blocks a round with too many.

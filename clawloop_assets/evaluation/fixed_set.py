@@ -441,7 +441,7 @@ def paired_change_by_level(before: pl.DataFrame, after: pl.DataFrame,
         if both:
             rose = sum(new[t] > old[t] for t in both)
             fell = sum(new[t] < old[t] for t in both)
-            out[level] = PairedChange(len(both), rose, fell, round(sign_test(rose, fell), 4))
+            out[level] = PairedChange(len(both), rose, fell, sign_test(rose, fell))
     return out
 
 
