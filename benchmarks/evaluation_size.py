@@ -15,8 +15,10 @@ is built under $CLAWLOOP_HOME, a scratch home; each run is HOME:SEED:
 "own draws" are the tasks of the bigger set that the run's own set holds
 (its manifest; the cells draw their seeds in order, so all of them unless
 a cell took an alternative), so it reproduces the run's figure. The last
-line of each run compares its first and last checkpoint task by
-task: the tasks only the last passes, and those only the first passes.
+line of each run compares its first and last checkpoint task by task
+as the evaluation asset compares a round with round 1
+(`fixed_set.paired_change_by_level`): the tasks whose pass rate rose and
+fell, and the sign test of the two.
 """
 
 from __future__ import annotations
@@ -30,7 +32,13 @@ from typing import Sequence
 import polars as pl
 
 from clawloop_assets.assets.evaluation import evaluation_sampling_seed
-from clawloop_assets.evaluation.fixed_set import EvaluationSetSpec, ensure_own_set, own_task_levels, pass_at_1
+from clawloop_assets.evaluation.fixed_set import (
+    EvaluationSetSpec,
+    ensure_own_set,
+    own_task_levels,
+    paired_change_by_level,
+    pass_at_1,
+)
 from clawloop_assets.harness.agent_loop import rollout_row, run_rollouts
 from clawloop_assets.loop_config import LoopConfig
 from resources.warehouse import table_frame
@@ -39,7 +47,7 @@ from resources.warehouse import table_frame
 def measure(runs: Sequence[tuple[Path, int]], rounds: Sequence[str], seeds_per_cell: int, level: int,
             torch_threads: int = 2) -> list[dict]:
     """Per (run, round): pass@1 on the bigger set and on the run's own draws,
-    and each task's passes."""
+    and the rollouts themselves."""
     from resources.embedded_policy import EmbeddedPolicyModel
     from resources.sandbox import BubblewrapSandbox
 
@@ -69,7 +77,7 @@ def measure(runs: Sequence[tuple[Path, int]], rounds: Sequence[str], seeds_per_c
             results.append({"home": str(home), "seed": seed, "round": round_key,
                             "seconds": time.perf_counter() - started, "all": every,
                             "own": pass_at_1(frame.filter(pl.col("task_id").is_in(sorted(own)))),
-                            "passed": set(every.per_task.filter(pl.col("passes") > 0)["task_id"])})
+                            "rollouts": frame})
     return results
 
 
@@ -83,6 +91,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     runs = [(Path(home), int(seed)) for home, seed in (run.rsplit(":", 1) for run in args.runs.split(","))]
     results = measure(runs, args.rounds.split(","), args.seeds_per_cell, args.level, args.torch_threads)
+    levels = {task_id: args.level for row in results for task_id in row["rollouts"]["task_id"].to_list()}
     for row in results:
         every, own = row["all"], row["own"]
         print(f"{row['home']} seed {row['seed']} {row['round']}: {every.pass_at_1:.1%} "
@@ -92,8 +101,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         mine = [row for row in results if row["home"] == str(home)]
         if len(mine) > 1:
             first, last = mine[0], mine[-1]
-            print(f"{home} {first['round']} -> {last['round']}: {len(last['passed'] - first['passed'])} tasks passed "
-                  f"only after, {len(first['passed'] - last['passed'])} only before")
+            change = paired_change_by_level(first["rollouts"], last["rollouts"], levels)[args.level]
+            print(f"{home} {first['round']} -> {last['round']}: pass rate rose on {change.rose} tasks, fell on "
+                  f"{change.fell} of {change.tasks} (sign test p {change.p_value:.2g})")
 
 
 if __name__ == "__main__":
