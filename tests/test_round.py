@@ -23,7 +23,7 @@ from clawloop_assets.training.examples import COPIES_PER_TASK, IN_WORDS
 from resources.openai_policy import OpenAICompatiblePolicyModel
 from resources.sandbox import DockerSandbox
 from resources.schemas import MIN_LEVEL
-from resources.warehouse import DuckDBWarehouse
+from resources.warehouse import DuckDBWarehouse, table_frame
 
 # A candidate per capability, 4 rollouts each, a wide admission band; two training steps.
 SMALL_ROUND = small_round()
@@ -154,9 +154,9 @@ def test_the_evaluation_compares_each_level_with_round_one_task_by_task(finished
         table = materialization.metadata["by_level_since_round_1"].value
         assert "| -1 | 2 | 0 | 0 | 1 |" in table and "| 0 | 2 | 0 | 0 | 1 |" in table
     finally:
-        warehouse.replace("checkpoints", policy_row.clear(), {"round": second, "kind": "policy"})
+        warehouse.replace("checkpoints", table_frame("checkpoints", []), {"round": second, "kind": "policy"})
         for table in ("rollouts", "cost_ledger"):
-            warehouse.replace(table, warehouse.read(table).clear(), {"round": second, "phase": "evaluation"})
+            warehouse.replace(table, table_frame(table, []), {"round": second, "phase": "evaluation"})
     first = finished_round.result.asset_materializations_for_node("evaluation")[0]
     assert first.metadata["by_level_since_round_1"].value == "none (round 1 itself)"
 
