@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 from conftest import SANDBOX_BACKENDS, make_sandbox
 
@@ -414,3 +416,102 @@ def test_plan_ablation_replays_a_real_rounds_plan(finished_round):
     # A replay under another config than the run's is told apart from the stored plan.
     other = loop.model_copy(update={"candidates_per_round": loop.candidates_per_round + 1})
     assert plan_ablation.ablate(warehouse, other)[0]["replay matches"] is False
+
+
+def _home_with_two_rounds(home):
+    """A finished run's home in miniature: two rounds' folders and a warehouse
+    whose round tables hold both."""
+    import duckdb
+
+    for key in ("round-0001", "round-0002"):
+        (home / "rounds" / key / "checkpoints" / "policy").mkdir(parents=True)
+        (home / "rounds" / key / "checkpoints" / "policy" / "model.safetensors").write_bytes(b"weights " + key.encode())
+        (home / "rounds" / key / "tasks").mkdir()
+        (home / "rounds" / key / "summary.json").write_text("{}")
+    (home / "evaluation" / "own").mkdir(parents=True)
+    (home / "dagster").mkdir()
+    db = duckdb.connect(str(home / "warehouse.duckdb"))
+    db.execute("CREATE TABLE round_summaries (round VARCHAR)")
+    db.execute("CREATE TABLE tasks (round VARCHAR, task_id VARCHAR, capability_id VARCHAR, difficulty INTEGER)")
+    db.execute("CREATE TABLE admissions (round VARCHAR, task_id VARCHAR, pass_count INTEGER, admitted BOOLEAN)")
+    db.execute("INSERT INTO round_summaries VALUES ('round-0001'), ('round-0002')")
+    db.execute("INSERT INTO tasks VALUES ('round-0001', 'a', 'copy', -2), ('round-0002', 'b', 'copy', -2), "
+               "('round-0002', 'c', 'merge', -1)")
+    db.execute("INSERT INTO admissions VALUES ('round-0001', 'a', 3, true), ('round-0002', 'b', 3, true), "
+               "('round-0002', 'c', 0, false)")
+    db.close()
+
+
+def test_replay_round_prepares_the_home_as_it_stood_before_the_round(tmp_path):
+    import duckdb
+
+    from benchmarks import replay_round
+
+    source, replay = tmp_path / "run", tmp_path / "replay"
+    _home_with_two_rounds(source)
+    assert replay_round.prepare(source, replay, "round-0002") == ["round-0001"]
+    assert sorted(path.name for path in (replay / "rounds").iterdir()) == ["round-0001"]
+    assert (replay / "evaluation" / "own").is_dir() and (replay / "rounds" / "round-0001" / "tasks").is_dir()
+    # The weights are the run's own files, linked, not copies; the rest is copied.
+    weights = Path("rounds/round-0001/checkpoints/policy/model.safetensors")
+    assert (replay / weights).stat().st_ino == (source / weights).stat().st_ino
+    summary = Path("rounds/round-0001/summary.json")
+    assert (replay / summary).stat().st_ino != (source / summary).stat().st_ino
+    db = duckdb.connect(str(replay / "warehouse.duckdb"), read_only=True)
+    assert db.sql("SELECT DISTINCT round FROM tasks").fetchall() == [("round-0001",)]
+    assert db.sql("SELECT round FROM round_summaries").fetchall() == [("round-0001",)]
+    db.close()
+    # The run itself is untouched.
+    db = duckdb.connect(str(source / "warehouse.duckdb"), read_only=True)
+    assert db.sql("SELECT count(*) FROM tasks").fetchall() == [(3,)]
+    db.close()
+
+
+def test_replay_round_refuses_a_home_it_cannot_replay_from(tmp_path):
+    from benchmarks import replay_round
+
+    source = tmp_path / "run"
+    _home_with_two_rounds(source)
+    with pytest.raises(SystemExit, match="no round-0003 to replay"):
+        replay_round.prepare(source, tmp_path / "a", "round-0003")
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(SystemExit, match="exists"):
+        replay_round.prepare(source, tmp_path / "taken", "round-0002")
+    # A round folder with no finished round behind it (a run stopped in round 1).
+    (source / "rounds" / "round-0003").mkdir()
+    import shutil
+    shutil.rmtree(source / "rounds" / "round-0002")
+    with pytest.raises(SystemExit, match="do not lead to round-0003"):
+        replay_round.prepare(source, tmp_path / "b", "round-0003")
+    assert not (tmp_path / "b").exists()
+    # A run still writing the warehouse.
+    from resources.run_lock import acquire_run_lock
+
+    lock = acquire_run_lock(source / "warehouse.duckdb", "a-run", "round-0003")
+    with pytest.raises(SystemExit, match="in use by run a-run"):
+        replay_round.prepare(source, tmp_path / "c", "round-0003")
+    lock.release()
+    assert not (tmp_path / "c").exists()
+
+
+def test_replay_round_compares_a_round_per_level_and_task_by_task(tmp_path):
+    import duckdb
+
+    from benchmarks import replay_round
+
+    first, second = tmp_path / "run", tmp_path / "replay"
+    _home_with_two_rounds(first)
+    _home_with_two_rounds(second)
+    db = duckdb.connect(str(second / "warehouse.duckdb"))
+    db.execute("UPDATE admissions SET pass_count = 2 WHERE task_id = 'b'")
+    db.execute("INSERT INTO tasks VALUES ('round-0002', 'd', 'merge', 0)")
+    db.execute("INSERT INTO admissions VALUES ('round-0002', 'd', 1, true)")
+    db.close()
+    lines = replay_round.compare(first, second, "round-0002").splitlines()
+    assert lines[0] == "| round-0002 | level -2 | level -1 | level 0 | admitted |"
+    assert lines[2] == f"| {first} | 1/1 | 0/1 | 0/0 | 1/2 (50.0%) |"
+    assert lines[3] == f"| {second} | 1/1 | 0/1 | 1/1 | 2/3 (66.7%) |"
+    assert "tasks in both: 2, passed as often in both: 1" in lines
+    assert lines[-1] == f"only in {second}: merge level 0 passed 1, admitted"
+    with pytest.raises(SystemExit, match="no admissions for round-0005"):
+        replay_round.compare(first, second, "round-0005")
