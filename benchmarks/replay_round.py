@@ -5,8 +5,10 @@ sampling and training draw from seeds the round fixes, so on one machine a
 round replayed from a copy of its run's home reproduces it (every task's
 pass count, the training, the evaluation), and one replayed on a tree with
 a controller rule switched off differs only where that rule acted: an
-exact ablation of the rule in the rounds where it acts
-(docs/experiments/2026-12-04-the-hedge-ablated.md). Not part of
+ablation of the rule, task for task, in the rounds where it acts
+(docs/experiments/2026-12-04-three-rules-replayed.md). Only nearly: a task
+sampled beside other tasks than before may, rarely, draw a token
+otherwise, since the batch changes float rounding. Not part of
 `make bench` (each replay is a whole round):
 
     python -m benchmarks.replay_round prepare SRC_HOME DST_HOME ROUND
@@ -17,13 +19,15 @@ exact ablation of the rule in the rounds where it acts
 ROUND: its rounds before ROUND (their checkpoints hard-linked, since a
 round only reads earlier rounds' weights, and copied otherwise) and its
 warehouse less every row of ROUND and after, so that the next round is
-ROUND. `compare` prints both homes' ROUND per level and the tasks they
-share, with how many pass as often in both.
+ROUND. `compare` prints both homes' ROUND per level (and operation, at a
+warm-up level) and the tasks they share, with how many pass as often in
+both.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -32,6 +36,7 @@ from typing import Sequence
 import duckdb
 
 from clawloop_assets.partitions import round_after
+from clawloop_assets.synthesis.generators.generator_common import WARMUP_OPERATIONS
 from resources.run_lock import RunLockHeld, acquire_run_lock
 
 # A home's parts that are not rounds: the Dagster instance and the fixed evaluation set.
@@ -97,50 +102,66 @@ def _link(source: str, destination: str) -> None:
     Path(destination).hardlink_to(source)
 
 
-def round_rows(home: Path, round_key: str) -> dict[str, tuple[str, int, int, bool]]:
-    """task id -> (capability, level, pass count, admitted) of `round_key`'s
-    candidates at `home`, read from a copy of the warehouse."""
+def round_rows(home: Path, round_key: str) -> dict[str, tuple[str, str, int, bool]]:
+    """task id -> (capability, cell, pass count, admitted) of `round_key`'s
+    candidates at `home`, read from a copy of the warehouse. The cell is
+    the level, and at a warm-up level also the operation asked (its
+    bundle's meta.json): there the operation is the skill, and a rule may
+    move candidates between operations."""
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / WAREHOUSE
         shutil.copyfile(home / WAREHOUSE, copy)
         db = duckdb.connect(str(copy), read_only=True)
         try:
-            rows = db.execute("SELECT t.task_id, t.capability_id, t.difficulty, a.pass_count, a.admitted "
-                              "FROM tasks t JOIN admissions a USING (round, task_id) WHERE t.round = ?",
+            rows = db.execute("SELECT t.task_id, t.capability_id, t.difficulty, t.bundle_path, a.pass_count, "
+                              "a.admitted FROM tasks t JOIN admissions a USING (round, task_id) WHERE t.round = ?",
                               [round_key]).fetchall()
         finally:
             db.close()
-    return {task: (capability, int(level), int(passes), bool(admitted))
-            for task, capability, level, passes, admitted in rows}
+    return {task: (capability, _cell(int(level), bundle), int(passes), bool(admitted))
+            for task, capability, level, bundle, passes, admitted in rows}
+
+
+def _cell(level: int, bundle: str | None) -> str:
+    if level not in WARMUP_OPERATIONS:
+        return f"level {level}"
+    meta = Path(bundle or "") / "meta.json"
+    if not bundle or not meta.is_file():
+        raise SystemExit(f"replay_round: a level-{level} task's bundle has no meta.json to name its operation "
+                         f"({meta})")
+    return f"level {level} {json.loads(meta.read_text(encoding='utf-8'))['operation']}"
 
 
 def compare(first: Path, second: Path, round_key: str) -> str:
-    """Both homes' `round_key`: admitted / candidates per level, the tasks in
-    both with how many pass equally often, and the tasks in one only."""
+    """Both homes' `round_key`: admitted / candidates per cell (level, and
+    operation at a warm-up level), the tasks in both with how many pass
+    equally often, and the tasks in one only."""
     rows = {home: round_rows(home, round_key) for home in (first, second)}
     for home, tasks in rows.items():
         if not tasks:
             raise SystemExit(f"replay_round: {home} has no admissions for {round_key}")
-    levels = sorted({level for tasks in rows.values() for _, level, _, _ in tasks.values()})
+    cells = sorted({cell for tasks in rows.values() for _, cell, _, _ in tasks.values()},
+                   key=lambda cell: (int(cell.split()[1]), cell))
 
-    def at(tasks: dict, level: int) -> str:
-        cell = [admitted for _, lv, _, admitted in tasks.values() if lv == level]
-        return f"{sum(cell)}/{len(cell)}"
+    def at(tasks: dict, cell: str) -> str:
+        admitted = [row[3] for row in tasks.values() if row[1] == cell]
+        return f"{sum(admitted)}/{len(admitted)}"
 
-    lines = [f"| {round_key} | " + " | ".join(f"level {level}" for level in levels) + " | admitted |",
-             "|---|" + "---|" * (len(levels) + 1)]
+    lines = [f"| {round_key} | " + " | ".join(cells) + " | admitted |", "|---|" + "---|" * (len(cells) + 1)]
     for home, tasks in rows.items():
         admitted = sum(row[3] for row in tasks.values())
-        lines.append(f"| {home} | " + " | ".join(at(tasks, level) for level in levels)
+        lines.append(f"| {home} | " + " | ".join(at(tasks, cell) for cell in cells)
                      + f" | {admitted}/{len(tasks)} ({100 * admitted / len(tasks):.1f}%) |")
-    shared = rows[first].keys() & rows[second].keys()
+    # A task id names the capability, level and seed; at a warm-up level
+    # the same id may ask another operation, so only same-cell tasks pair.
+    shared = [task for task in rows[first].keys() & rows[second].keys()
+              if rows[first][task][1] == rows[second][task][1]]
     same = sum(rows[first][task][2] == rows[second][task][2] for task in shared)
     lines.append(f"\ntasks in both: {len(shared)}, passed as often in both: {same}")
     for home, tasks in rows.items():
-        for task in sorted(tasks.keys() - shared):
-            capability, level, passes, admitted = tasks[task]
-            lines.append(f"only in {home}: {capability} level {level} passed {passes}"
-                         f"{', admitted' if admitted else ''}")
+        for task in sorted(tasks.keys() - set(shared)):
+            capability, cell, passes, admitted = tasks[task]
+            lines.append(f"only in {home}: {capability} {cell} passed {passes}{', admitted' if admitted else ''}")
     return "\n".join(lines)
 
 

@@ -432,11 +432,18 @@ def _home_with_two_rounds(home):
     (home / "dagster").mkdir()
     db = duckdb.connect(str(home / "warehouse.duckdb"))
     db.execute("CREATE TABLE round_summaries (round VARCHAR)")
-    db.execute("CREATE TABLE tasks (round VARCHAR, task_id VARCHAR, capability_id VARCHAR, difficulty INTEGER)")
+    db.execute("CREATE TABLE tasks (round VARCHAR, task_id VARCHAR, capability_id VARCHAR, difficulty INTEGER, "
+               "bundle_path VARCHAR)")
     db.execute("CREATE TABLE admissions (round VARCHAR, task_id VARCHAR, pass_count INTEGER, admitted BOOLEAN)")
     db.execute("INSERT INTO round_summaries VALUES ('round-0001'), ('round-0002')")
-    db.execute("INSERT INTO tasks VALUES ('round-0001', 'a', 'copy', -2), ('round-0002', 'b', 'copy', -2), "
-               "('round-0002', 'c', 'merge', -1)")
+    bundles = {task: home / "rounds" / key / "tasks" / task for key, task in
+               (("round-0001", "a"), ("round-0002", "b"), ("round-0002", "c"))}
+    for task, bundle in bundles.items():
+        bundle.mkdir()
+        (bundle / "meta.json").write_text('{"operation": "copy_file"}' if task != "c" else "{}")
+    db.execute("INSERT INTO tasks VALUES (?, ?, ?, ?, ?), (?, ?, ?, ?, ?), (?, ?, ?, ?, ?)",
+               ["round-0001", "a", "ledger", -2, str(bundles["a"]), "round-0002", "b", "ledger", -2,
+                str(bundles["b"]), "round-0002", "c", "merge", -1, str(bundles["c"])])
     db.execute("INSERT INTO admissions VALUES ('round-0001', 'a', 3, true), ('round-0002', 'b', 3, true), "
                "('round-0002', 'c', 0, false)")
     db.close()
@@ -504,14 +511,23 @@ def test_replay_round_compares_a_round_per_level_and_task_by_task(tmp_path):
     _home_with_two_rounds(second)
     db = duckdb.connect(str(second / "warehouse.duckdb"))
     db.execute("UPDATE admissions SET pass_count = 2 WHERE task_id = 'b'")
-    db.execute("INSERT INTO tasks VALUES ('round-0002', 'd', 'merge', 0)")
+    db.execute("INSERT INTO tasks VALUES ('round-0002', 'd', 'merge', 0, NULL)")
     db.execute("INSERT INTO admissions VALUES ('round-0002', 'd', 1, true)")
     db.close()
     lines = replay_round.compare(first, second, "round-0002").splitlines()
-    assert lines[0] == "| round-0002 | level -2 | level -1 | level 0 | admitted |"
+    # At the warm-up level the cell is the operation the task asks (its meta.json).
+    assert lines[0] == "| round-0002 | level -2 copy_file | level -1 | level 0 | admitted |"
     assert lines[2] == f"| {first} | 1/1 | 0/1 | 0/0 | 1/2 (50.0%) |"
     assert lines[3] == f"| {second} | 1/1 | 0/1 | 1/1 | 2/3 (66.7%) |"
     assert "tasks in both: 2, passed as often in both: 1" in lines
     assert lines[-1] == f"only in {second}: merge level 0 passed 1, admitted"
+    # The same task id asking another operation is another task.
+    (second / "rounds" / "round-0002" / "tasks" / "b" / "meta.json").write_text('{"operation": "append_word"}')
+    lines = replay_round.compare(first, second, "round-0002").splitlines()
+    assert "tasks in both: 1, passed as often in both: 1" in lines
+    assert f"only in {second}: ledger level -2 append_word passed 2, admitted" in lines
+    (second / "rounds" / "round-0002" / "tasks" / "b" / "meta.json").unlink()
+    with pytest.raises(SystemExit, match="no meta.json to name its operation"):
+        replay_round.compare(first, second, "round-0002")
     with pytest.raises(SystemExit, match="no admissions for round-0005"):
         replay_round.compare(first, second, "round-0005")
