@@ -6,7 +6,7 @@ round replayed from a copy of its run's home reproduces it (every task's
 pass count, the training, the evaluation), and one replayed on a tree with
 a controller rule switched off differs only where that rule acted: an
 ablation of the rule, task for task, in the rounds where it acts
-(docs/experiments/2026-12-04-three-rules-replayed.md). Only nearly: a task
+(docs/experiments/2026-12-04-four-rules-replayed.md). Only nearly: a task
 sampled beside other tasks than before may, rarely, draw a token
 otherwise, since the batch changes float rounding. Not part of
 `make bench` (each replay is a whole round):

@@ -16,7 +16,7 @@ budget taught nothing. The controller here:
   admission rate is clearly better), and hedges a move up to an untried
   level: half the capability's candidates stay where they were, so a level
   that turns out too hard cannot sink the round
-  (docs/experiments/2026-12-04-three-rules-replayed.md); and never climbs to a
+  (docs/experiments/2026-12-04-four-rules-replayed.md); and never climbs to a
   level whose own evidence is clearly below the band (until it fades);
 - splits the candidates to reach a target admission rate with the most even
   pool that reaches it, and never gives a capability less than `min_share` of
