@@ -449,13 +449,17 @@ def test_round_two_plan_follows_round_one_evidence_and_report(clawloop_home):
     assert "100% of diagnosed failures" in by[("hard", L)].reason
     # The report's root cause names the knob that targets it, for that capability
     # only; at a warm-up level the plan says so and turns none.
-    assert "no knobs below level 0 (knobs final_check (premature_termination 100%))" in by[("hard", L)].reason
+    assert "no knobs below level 1 (knobs final_check (premature_termination 100%))" in by[("hard", L)].reason
     assert by[("hard", L)].knobs == by[("band", L)].knobs == by[("easy", L)].knobs == ()
-    # The same evidence at level 1 ("hard" goes down to 0): the knob is turned.
-    higher = next_plan(list(passes), {c: 1 for c in passes}, {(c, 1): cell for (c, _), cell in evidence.items()},
+    # The same evidence at level 1 ("hard" goes down to 0): level 0 takes no knob either.
+    level_0 = next_plan(list(passes), {c: 1 for c in passes}, {(c, 1): cell for (c, _), cell in evidence.items()},
+                        failure_share, 30, loop.controller(), drift, causes)
+    assert {(e.capability_id, e.difficulty, e.knobs) for e in level_0 if e.capability_id == "hard"} == {("hard", 0, ())}
+    # At level 2 ("hard" goes down to 1): the knob is turned.
+    higher = next_plan(list(passes), {c: 2 for c in passes}, {(c, 2): cell for (c, _), cell in evidence.items()},
                        failure_share, 30, loop.controller(), drift, causes)
     assert {(e.capability_id, e.difficulty, e.knobs) for e in higher if e.capability_id == "hard"} == {
-        ("hard", 0, ("final_check",))}
+        ("hard", 1, ("final_check",))}
     assert all(e.knobs == () for e in higher if e.capability_id != "hard")
     assert all("knobs final_check (premature_termination 100%)" in e.reason for e in higher if e.capability_id == "hard")
 

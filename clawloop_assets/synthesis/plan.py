@@ -38,8 +38,9 @@ budget taught nothing. The controller here:
   the warm-up pass rate near the band's centre). The level's evidence is
   the capability's own once it has enough, else the level's pooled over
   the capabilities still below it (_rung_evidence);
-- tilts weight toward capabilities the diagnosis found weak, and turns the
-  knobs of their generators that target the root causes it found;
+- tilts weight toward capabilities the diagnosis found weak, and from
+  FIRST_KNOB_LEVEL up turns the knobs of their generators that target the
+  root causes it found;
 - after the schedule's rounds, chooses the rollout temperature
   (choose_temperature): the pass rate a round admits most at depends on the
   policy, and no fixed temperature suits every run
@@ -93,8 +94,12 @@ KNOB_FOR_ROOT_CAUSE = {
     "edit_error": "list_tools",
 }
 KNOBS = tuple(sorted(set(KNOB_FOR_ROOT_CAUSE.values())))
-# Knobs are turned from this level up; the levels below take none.
-FIRST_KNOB_LEVEL = 0
+# Knobs are turned from this level up; the levels below take none. A
+# paragraph added to help with a diagnosed weakness made the warm-up tasks
+# and the families' level 0 harder for the embedded policy, not easier
+# (docs/experiments/2026-11-30-warmup-levels.md,
+# docs/experiments/2026-12-04-four-rules-replayed.md).
+FIRST_KNOB_LEVEL = 1
 
 
 def generator_knobs(failure_causes: Mapping[str, Mapping[str, int]], min_share: float = 0.25,
