@@ -1,0 +1,19 @@
+"""Benchmarks and the tools that read a run's home (see README.md)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+
+@contextmanager
+def warehouse_copy(home: Path) -> Iterator[Path]:
+    """A copy of the run at `home`'s warehouse, removed on exit: a run that
+    holds the warehouse open is not disturbed, nor is it changed."""
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "warehouse.duckdb"
+        shutil.copyfile(home / "warehouse.duckdb", copy)
+        yield copy

@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Mapping
 
+from benchmarks import warehouse_copy
 from clawloop_assets.assets.synthesis import plan_round
 from clawloop_assets.loop_config import LoopConfig
 from resources.warehouse import DuckDBWarehouse, Warehouse
@@ -112,9 +111,7 @@ def main(argv: list[str] | None = None) -> None:
 
         fields = load_run_config(args.config).get("resources", {}).get("loop", {}).get("config", {})
         loop = LoopConfig(**fields)
-    with tempfile.TemporaryDirectory() as tmp:
-        copy = Path(tmp) / "warehouse.duckdb"
-        shutil.copyfile(args.home / "warehouse.duckdb", copy)
+    with warehouse_copy(args.home) as copy:
         print(table(ablate(DuckDBWarehouse(path=str(copy)), loop)))
 
 

@@ -27,16 +27,16 @@ both.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Sequence
 
 import duckdb
 
+from benchmarks import warehouse_copy
 from clawloop_assets.partitions import round_after
 from clawloop_assets.synthesis.generators.generator_common import WARMUP_OPERATIONS
+from clawloop_assets.task_bundle import warmup_operation
 from resources.run_lock import RunLockHeld, acquire_run_lock
 
 # A home's parts that are not rounds: the Dagster instance and the fixed evaluation set.
@@ -102,15 +102,13 @@ def _link(source: str, destination: str) -> None:
     Path(destination).hardlink_to(source)
 
 
-def round_rows(home: Path, round_key: str) -> dict[str, tuple[str, str, int, bool]]:
+def round_rows(home: Path, round_key: str) -> dict[str, tuple[str, tuple[int, str], int, bool]]:
     """task id -> (capability, cell, pass count, admitted) of `round_key`'s
     candidates at `home`, read from a copy of the warehouse. The cell is
-    the level, and at a warm-up level also the operation asked (its
-    bundle's meta.json): there the operation is the skill, and a rule may
-    move candidates between operations."""
-    with tempfile.TemporaryDirectory() as tmp:
-        copy = Path(tmp) / WAREHOUSE
-        shutil.copyfile(home / WAREHOUSE, copy)
+    (level, operation): at a warm-up level the operation the task asks (its
+    bundle's meta.json), since there the operation is the skill and a rule
+    may move candidates between operations; "" above."""
+    with warehouse_copy(home) as copy:
         db = duckdb.connect(str(copy), read_only=True)
         try:
             rows = db.execute("SELECT t.task_id, t.capability_id, t.difficulty, t.bundle_path, a.pass_count, "
@@ -122,14 +120,19 @@ def round_rows(home: Path, round_key: str) -> dict[str, tuple[str, str, int, boo
             for task, capability, level, bundle, passes, admitted in rows}
 
 
-def _cell(level: int, bundle: str | None) -> str:
+def _cell(level: int, bundle: str | None) -> tuple[int, str]:
     if level not in WARMUP_OPERATIONS:
-        return f"level {level}"
-    meta = Path(bundle or "") / "meta.json"
-    if not bundle or not meta.is_file():
+        return level, ""
+    operation = warmup_operation(bundle)
+    if operation is None:
         raise SystemExit(f"replay_round: a level-{level} task's bundle has no meta.json to name its operation "
-                         f"({meta})")
-    return f"level {level} {json.loads(meta.read_text(encoding='utf-8'))['operation']}"
+                         f"({bundle})")
+    return level, operation
+
+
+def _named(cell: tuple[int, str]) -> str:
+    level, operation = cell
+    return f"level {level} {operation}" if operation else f"level {level}"
 
 
 def compare(first: Path, second: Path, round_key: str) -> str:
@@ -140,14 +143,14 @@ def compare(first: Path, second: Path, round_key: str) -> str:
     for home, tasks in rows.items():
         if not tasks:
             raise SystemExit(f"replay_round: {home} has no admissions for {round_key}")
-    cells = sorted({cell for tasks in rows.values() for _, cell, _, _ in tasks.values()},
-                   key=lambda cell: (int(cell.split()[1]), cell))
+    cells = sorted({cell for tasks in rows.values() for _, cell, _, _ in tasks.values()})
 
-    def at(tasks: dict, cell: str) -> str:
+    def at(tasks: dict, cell: tuple[int, str]) -> str:
         admitted = [row[3] for row in tasks.values() if row[1] == cell]
         return f"{sum(admitted)}/{len(admitted)}"
 
-    lines = [f"| {round_key} | " + " | ".join(cells) + " | admitted |", "|---|" + "---|" * (len(cells) + 1)]
+    lines = [f"| {round_key} | " + " | ".join(map(_named, cells)) + " | admitted |",
+             "|---|" + "---|" * (len(cells) + 1)]
     for home, tasks in rows.items():
         admitted = sum(row[3] for row in tasks.values())
         lines.append(f"| {home} | " + " | ".join(at(tasks, cell) for cell in cells)
@@ -161,7 +164,8 @@ def compare(first: Path, second: Path, round_key: str) -> str:
     for home, tasks in rows.items():
         for task in sorted(tasks.keys() - set(shared)):
             capability, cell, passes, admitted = tasks[task]
-            lines.append(f"only in {home}: {capability} {cell} passed {passes}{', admitted' if admitted else ''}")
+            lines.append(f"only in {home}: {capability} {_named(cell)} passed {passes}"
+                         f"{', admitted' if admitted else ''}")
     return "\n".join(lines)
 
 

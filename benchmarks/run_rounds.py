@@ -19,12 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Sequence
 
 import duckdb
+
+from benchmarks import warehouse_copy
 
 COLUMNS = ("round", "wall", "admitted / candidates", "T at -2", "candidates by level", "caps at >= 0",
            "caps at -1: whole, part", "validation -1", "validation >= 0", "E_k before -> after", "eval -2", "eval -1", "eval 0", "eval 1")
@@ -46,9 +46,7 @@ def round_walls(log: Path) -> dict[str, str]:
 
 
 def _warehouse_figures(home: Path) -> tuple[dict, dict, dict, dict]:
-    with tempfile.TemporaryDirectory() as tmp:
-        copy = Path(tmp) / "warehouse.duckdb"
-        shutil.copyfile(home / "warehouse.duckdb", copy)
+    with warehouse_copy(home) as copy:
         db = duckdb.connect(str(copy), read_only=True)
         try:
             planned: dict[str, dict[int, int]] = {}

@@ -16,7 +16,6 @@ Not part of `make bench` (it reads a finished run and trains):
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Sequence
 import duckdb
 import polars as pl
 
+from benchmarks import warehouse_copy
 from benchmarks.rung_forms import measure
 from clawloop_assets.evaluation.task_dir import resolve_checkpoint
 from clawloop_assets.loop_config import LoopConfig
@@ -41,10 +41,8 @@ COPIES = ("sampled", "words")
 def shown_successes(home: Path, levels: Sequence[int], copies: str, chat: ChatTemplate) -> pl.DataFrame:
     """Every validation success of the run's tasks at `levels`, as sampled
     or in words (a level that shows no command gives no copy in words)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        # A copy: the run may hold its warehouse open.
-        shutil.copy(home / "warehouse.duckdb", Path(tmp) / "warehouse.duckdb")
-        with duckdb.connect(str(Path(tmp) / "warehouse.duckdb"), read_only=True) as db:
+    with warehouse_copy(home) as copy:
+        with duckdb.connect(str(copy), read_only=True) as db:
             rollouts = db.sql("SELECT * FROM rollouts WHERE phase = 'validation'").pl()
             tasks = db.sql("SELECT task_id, bundle_path FROM tasks WHERE difficulty IN "
                            f"({', '.join(str(int(level)) for level in levels)})").pl()
