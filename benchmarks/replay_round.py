@@ -37,11 +37,11 @@ from benchmarks import warehouse_copy
 from clawloop_assets.partitions import round_after
 from clawloop_assets.synthesis.generators.generator_common import WARMUP_OPERATIONS
 from clawloop_assets.task_bundle import warmup_operation
+from resources.paths import WAREHOUSE_FILE
 from resources.run_lock import RunLockHeld, acquire_run_lock
 
 # A home's parts that are not rounds: the Dagster instance and the fixed evaluation set.
 HOME_PARTS = ("dagster", "evaluation")
-WAREHOUSE = "warehouse.duckdb"
 
 
 def prepare(source: Path, destination: Path, round_key: str) -> list[str]:
@@ -53,7 +53,7 @@ def prepare(source: Path, destination: Path, round_key: str) -> list[str]:
         raise SystemExit(f"replay_round: {source} has no {round_key} to replay (no {source / 'rounds' / round_key})")
     try:
         # Held while copying: no run may write the warehouse under the copy.
-        lock = acquire_run_lock(source / WAREHOUSE, "replay_round prepare", None)
+        lock = acquire_run_lock(source / WAREHOUSE_FILE, "replay_round prepare", None)
     except RunLockHeld as exc:
         raise SystemExit(f"replay_round: {exc}; replay a finished run") from None
     try:
@@ -64,7 +64,7 @@ def prepare(source: Path, destination: Path, round_key: str) -> list[str]:
 
 def _copy_before(source: Path, destination: Path, round_key: str) -> list[str]:
     kept = sorted(path.name for path in (source / "rounds").glob("round-*") if path.name < round_key)
-    db = duckdb.connect(str(source / WAREHOUSE), read_only=True)
+    db = duckdb.connect(str(source / WAREHOUSE_FILE), read_only=True)
     try:
         finished = [key for (key,) in db.execute("SELECT round FROM round_summaries WHERE round < ? ORDER BY 1",
                                                  [round_key]).fetchall()]
@@ -87,8 +87,8 @@ def _copy_before(source: Path, destination: Path, round_key: str) -> list[str]:
             else:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(item, target)
-    shutil.copyfile(source / WAREHOUSE, destination / WAREHOUSE)
-    db = duckdb.connect(str(destination / WAREHOUSE))
+    shutil.copyfile(source / WAREHOUSE_FILE, destination / WAREHOUSE_FILE)
+    db = duckdb.connect(str(destination / WAREHOUSE_FILE))
     try:
         for (table,) in db.sql("SELECT DISTINCT table_name FROM information_schema.columns "
                                "WHERE column_name = 'round'").fetchall():

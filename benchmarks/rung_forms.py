@@ -44,6 +44,7 @@ from clawloop_assets.harness.agent_loop import judged_reward, run_rollouts
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.synthesis.generators.generator_common import SHOWN_COMMAND_LEAD, in_words, shown_command, with_help
 from clawloop_assets.task_bundle import TaskBundle, load_task_bundle
+from resources.paths import WAREHOUSE_FILE
 from resources.warehouse import DuckDBWarehouse
 
 # A word of a command names something of the task when the instruction
@@ -177,7 +178,7 @@ def measure(home: Path, checkpoints: Sequence[str], forms: Sequence[str], sample
     results = []
     for spec in checkpoints:
         path = resolve_checkpoint(None if spec == "base" else spec, policy,
-                                  lambda: DuckDBWarehouse(path=str(home / "warehouse.duckdb")))
+                                  lambda: DuckDBWarehouse(path=str(home / WAREHOUSE_FILE)))
         session = policy.load(path)
         try:
             for form in forms:

@@ -27,6 +27,7 @@ from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.partitions import round_key
 from clawloop_assets.round_state import PolicyRef, input_policy, load_bundles, require_rows
 from clawloop_assets.task_bundle import TaskBundle, warmup_operation
+from resources.paths import WAREHOUSE_FILE
 from resources.policy import PolicyModel
 from resources.sandbox import BubblewrapSandbox
 from resources.warehouse import DuckDBWarehouse
@@ -36,7 +37,7 @@ def round_inputs(home: Path, number: int, policy: PolicyModel) -> tuple[list[Tas
     """Round `number`'s validated candidates and its input policy (round
     number-1's trained checkpoint, the base model for round 1), read from the
     warehouse of the run at `home` as the round itself reads them."""
-    warehouse, key = DuckDBWarehouse(path=str(home / "warehouse.duckdb")), round_key(number)
+    warehouse, key = DuckDBWarehouse(path=str(home / WAREHOUSE_FILE)), round_key(number)
     validated = require_rows(warehouse, "admissions", key, "admitted_tasks")["task_id"].to_list()
     return load_bundles(warehouse, key, validated), input_policy(warehouse, policy, key)
 

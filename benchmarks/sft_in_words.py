@@ -30,6 +30,7 @@ from clawloop_assets.evaluation.task_dir import resolve_checkpoint
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.task_bundle import load_task_bundle
 from clawloop_assets.training.examples import in_words_examples, sft_examples, write_jsonl
+from resources.paths import WAREHOUSE_FILE
 from resources.policy import ChatTemplate
 from resources.warehouse import DuckDBWarehouse
 from training_jobs.configs import SFTJobConfig
@@ -60,7 +61,7 @@ def run(home: Path, checkpoint: str, levels: Sequence[int], copies: Sequence[str
     from resources.embedded_policy import EmbeddedPolicyModel
 
     start = resolve_checkpoint(checkpoint, EmbeddedPolicyModel(),
-                               lambda: DuckDBWarehouse(path=str(home / "warehouse.duckdb")))
+                               lambda: DuckDBWarehouse(path=str(home / WAREHOUSE_FILE)))
     chat = ChatTemplate.of_checkpoint(start)
     results, trained = [], []
     with tempfile.TemporaryDirectory() as tmp:

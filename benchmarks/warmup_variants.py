@@ -33,6 +33,7 @@ import polars as pl
 
 from clawloop_assets.synthesis.plan import CellEvidence
 from clawloop_assets.task_bundle import warmup_operation
+from resources.paths import WAREHOUSE_FILE
 from resources.warehouse import DuckDBWarehouse, Warehouse
 
 Variant = tuple[int, str]  # (level, operation)
@@ -157,7 +158,7 @@ def _rate(cell: CellEvidence) -> str:
 def report(homes: Sequence[Path]) -> str:
     lines, runs = [], []
     for home in homes:
-        variants, drift = read_run(DuckDBWarehouse(path=str(home / "warehouse.duckdb")))
+        variants, drift = read_run(DuckDBWarehouse(path=str(home / WAREHOUSE_FILE)))
         runs.append((variants, drift))
         lines += [f"## {home}", "", "| round | level | operation | admitted | validation pass | admitted tasks before -> after training |",
                   "|---|---|---|---|---|---|"]

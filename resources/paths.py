@@ -12,13 +12,17 @@ from pathlib import Path
 
 from resources.environment import read_environment
 
+# The warehouse's file in a home: this one's (warehouse_path) or a finished
+# run's that a benchmark reads.
+WAREHOUSE_FILE = "warehouse.duckdb"
+
 
 def clawloop_home() -> Path:
     return read_environment().home
 
 
 def warehouse_path() -> Path:
-    return clawloop_home() / "warehouse.duckdb"
+    return clawloop_home() / WAREHOUSE_FILE
 
 
 def rounds_dir() -> Path:
