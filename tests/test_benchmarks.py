@@ -531,3 +531,33 @@ def test_replay_round_compares_a_round_per_level_and_task_by_task(tmp_path):
         replay_round.compare(first, second, "round-0002")
     with pytest.raises(SystemExit, match="no admissions for round-0005"):
         replay_round.compare(first, second, "round-0005")
+
+
+def test_admission_by_standing_splits_each_level_by_the_capabilitys_first_round_there(tmp_path):
+    import duckdb
+
+    from benchmarks import admission_by_standing
+
+    home = tmp_path / "run"
+    _home_with_two_rounds(home)
+    db = duckdb.connect(str(home / "warehouse.duckdb"))
+    # Round 2 also holds a rung task passed too often and one never scored (no admission row).
+    db.execute("INSERT INTO tasks VALUES ('round-0002', 'd', 'merge', -1, NULL), ('round-0002', 'e', 'ledger', -1, NULL)")
+    db.execute("INSERT INTO admissions VALUES ('round-0002', 'd', 8, false)")
+    db.close()
+    counts = admission_by_standing.by_standing(admission_by_standing.candidates(home))
+    # Round 1 counts for nothing; ledger's -2 is established in round 2, the rung new to both.
+    assert counts == {(-2, "established"): {"candidates": 1, "admitted": 1},
+                      (-1, "new"): {"candidates": 3, "passed 0": 1, "passed too often": 1, "never scored": 1}}
+    lines = admission_by_standing.table([home], 0.7).splitlines()
+    assert lines[2] == "| -2 | established | 1/1 (100.0%) | 0 | 0 | 0 | (the rest) |"
+    # The rest at 100% leaves room for 30% of a round admitting nothing.
+    assert lines[3] == "| -1 | new | 0/3 (0.0%) | 1 | 1 | 1 | 30% (19 of 64) |"
+
+
+def test_share_ceiling_is_the_most_a_level_may_take_of_a_round():
+    from benchmarks.admission_by_standing import share_ceiling
+
+    assert share_ceiling(0.5, 0.75, 0.7) == pytest.approx(0.2)  # 0.2 * 0.5 + 0.8 * 0.75 = 0.7
+    assert share_ceiling(0.8, 0.75, 0.7) == 1.0  # the level reaches the target itself
+    assert share_ceiling(0.5, 0.7, 0.7) == 0.0  # the rest alone only just reaches it
