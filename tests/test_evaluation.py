@@ -162,7 +162,7 @@ def test_the_default_set_is_graded_with_a_seed_of_its_own_for_every_task():
 
 
 def test_no_round_ever_draws_an_evaluation_seed_or_task(clawloop_home):
-    """Synthesis seeds (round * 1000 + j) stay below the reserved range for every
+    """Synthesis seeds (round * 1000 + j, j < candidates + 3) stay below the reserved range for every
     round number, even with far more candidates per round than any profile uses:
     for the default set, and for one of more levels and seeds."""
     evaluation_plan = [draw for spec in (LoopConfig().evaluation_set(), LoopConfig(

@@ -170,3 +170,42 @@ def test_the_plans_operation_shares_steer_the_draw(sandbox, tmp_path, capability
     drawn = [operation_of(build(sandbox, tmp_path / f"other-{seed}", capability, MIN_LEVEL, seed, no_copying))
              for seed in range(6)]
     assert "copy_file" not in drawn and len(set(drawn)) == 2
+
+
+def test_a_probe_of_one_candidate_asks_another_level_0_variant_each_round(clawloop_home):
+    """A plan entry's seeds start at a variant that moves with the round,
+    round 1's at variant 0: a one-candidate entry (the probe of the level
+    above) asks each of a family's variants in turn, not the first always."""
+    from clawloop_assets.partitions import round_key
+    from clawloop_assets.synthesis.candidates import candidate_assignments
+    from clawloop_assets.synthesis.generators.generator_common import LEVEL0_VARIANTS, level0_variant
+    from resources.warehouse import DuckDBWarehouse, table_frame
+
+    warehouse = DuckDBWarehouse()
+    probed, rung = [], {}
+    for number in range(1, LEVEL0_VARIANTS + 2):
+        key = round_key(number)
+        rows = [{"round": key, "capability_id": "file_reorganization", "difficulty": level, "weight": 1.0,
+                 "candidates": count, "source_round": None, "reason": "", "knobs": []}
+                for level, count in ((SHOWN_COMMAND_LEVEL, 5), (0, 1))]
+        warehouse.replace("synthesis_plans", table_frame("synthesis_plans", rows), {"round": key})
+        assignments = candidate_assignments(warehouse, key)
+        probed += [level0_variant(seed) for spec, seed in assignments if spec.difficulty == 0]
+        rung[number] = sorted(seed for spec, seed in assignments if spec.difficulty == SHOWN_COMMAND_LEVEL)
+    assert probed == [0, 1, 2, 3, 0]
+    assert rung[1] == list(range(1000, 1005)) and rung[2] == list(range(2001, 2006))
+
+
+def test_a_level_0_tasks_variant_is_its_seeds(sandbox, tmp_path):
+    """What the rotation above relies on: the seed alone picks the variant
+    (file reorganization's variant 1 deletes the .tmp files, variant 0
+    moves one extension's files), whatever the domain."""
+    capability = next(c for c in CAPABILITIES if c.id == "file_reorganization")
+
+    def command(seed):
+        bundle = build(sandbox, tmp_path / str(seed), capability, SHOWN_COMMAND_LEVEL, seed)
+        return bundle.instruction.strip().rsplit("Run: ", 1)[1]
+
+    assert {command(seed) for seed in (1001, 1005, 2001)} == {"rm -f *.tmp"}
+    moved = command(1000)
+    assert moved.startswith("mkdir -p ") and " && mv *." in moved

@@ -39,8 +39,9 @@ from clawloop_assets.task_bundle import TaskBundle, TaskBundleError, bundle_dige
 from resources import paths
 from resources.sandbox import Sandbox
 
-# Synthesis draws seed `round_number * 1000 + j` (j < the plan's candidates),
-# so its seeds stay below 10**7 + candidates_per_round for rounds 1..9999.
+# Synthesis draws seed `round_number * 1000 + j` (j < the plan's candidates
+# plus 3, candidates.candidate_assignments), so its seeds stay below 10**7 +
+# candidates_per_round + 3 for rounds 1..9999.
 # Evaluation seeds live far above that and below 2**31 (every generator and
 # sampler takes them): EVALUATION_SEED_BASE + 1000 * slot + index, the slot
 # of level 0..5 being the level itself and the warm-up levels' slots coming

@@ -34,6 +34,7 @@ from clawloop_assets.synthesis.catalogs import (
     route_of,
 )
 from clawloop_assets.synthesis.executable_domains import TOOL_CLI, ExecutableDomain, load_domains
+from clawloop_assets.synthesis.generators.generator_common import LEVEL0_VARIANTS
 from clawloop_assets.task_bundle import (
     TaskBundleError,
     load_task_bundle,
@@ -141,12 +142,19 @@ def domain_generator_spec(capability: Capability, domain: ExecutableDomain, diff
 
 def candidate_assignments(warehouse: Warehouse, round_key: str) -> list[tuple[GeneratorSpec, int]]:
     """(generator, seed) for every candidate of `round_key`'s plan: capabilities
-    rotate through the domains, offset by round so each round sees other domains first."""
+    rotate through the domains, and their level-0 variants through the seeds,
+    offset by round so each round sees other domains and variants first."""
     plan = require_rows(warehouse, "synthesis_plans", round_key, "synthesis_plan")
     capabilities = {c.id: c for c in round_capabilities(ROUTES)}
     domains = load_domain_catalog()
     executable = load_domains() if DOMAIN_WORKFLOW.id in set(plan["capability_id"]) else []
     number = round_number(round_key)
+    # Each entry's seeds start at a level-0 variant that moves with the
+    # round (round 1 at variant 0): an entry of fewer candidates than a
+    # family has variants, such as the one that probes the level above,
+    # would otherwise build the same variants in every round, and the
+    # evidence a level is climbed on would be theirs alone.
+    first_seed = number * 1000 + (number - 1) % LEVEL0_VARIANTS
     assignments = []
     for entry in plan.sort("capability_id").iter_rows(named=True):
         capability, knobs = capabilities[entry["capability_id"]], entry["knobs"] or ()
@@ -157,7 +165,7 @@ def candidate_assignments(warehouse: Warehouse, round_key: str) -> list[tuple[Ge
                                              knobs, mix)
             else:
                 spec = generator_spec(capability, domains[(number * 5 + j) % len(domains)], entry["difficulty"], knobs, mix)
-            assignments.append((spec, number * 1000 + j))
+            assignments.append((spec, first_seed + j))
     return assignments
 
 

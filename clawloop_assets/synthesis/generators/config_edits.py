@@ -34,7 +34,7 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_UP, Decimal
 # -I drops the script's directory from sys.path; it is our read-only /generator, so put it back.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from generator_common import assemble, csv_text, family, numbered_levels, python_oracle  # noqa: E402
+from generator_common import assemble, csv_text, family, level0_variant, numbered_levels, python_oracle  # noqa: E402
 
 FORMATS = ("json", "ini", "env")
 LOG_LEVELS = ("DEBUG", "INFO", "WARN", "ERROR")
@@ -247,7 +247,7 @@ def level0(rng, seed, params):
     d = params["domain"]
     svc = rng.choice(d["group_values"])
     s = small_service(rng, d, svc)
-    variant = seed % 4
+    variant = level0_variant(seed)
     labels = []
     if variant == 0:
         old, new, low, high = rng.choice((("TIMEOUT", "TIMEOUT_S", 10, 120), ("WORKERS", "WORKER_COUNT", 2, 32),

@@ -44,6 +44,7 @@ from generator_common import (  # noqa: E402
     decimal_text,
     deliverable_format,
     family,
+    level0_variant,
     python_oracle,
     record_ids,
     records_deliverable,
@@ -84,7 +85,7 @@ def level0(rng, seed, params):
     d = params["domain"]
     n = names(d)
     gf = d["group_field"]
-    variant = seed % 4
+    variant = level0_variant(seed)
     if variant == 0:
         data = n["log"] + ".txt"
         ids = record_ids(rng, d, rng.randint(22, 36))

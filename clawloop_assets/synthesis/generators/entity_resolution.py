@@ -41,6 +41,7 @@ from generator_common import (  # noqa: E402
     deliverable_format,
     dump_json,
     family,
+    level0_variant,
     numbered_levels,
     python_oracle,
     records_deliverable,
@@ -153,7 +154,7 @@ def level0(rng, seed, params):
     data = d["record_file"] + ".txt"
     numbers = id_numbers(rng, rng.randint(14, 20), small=0)
     repeated = numbers[: rng.randint(4, 7)]
-    variant = seed % 4
+    variant = level0_variant(seed)
     lines = [canonical_id(prefix, n) for n in numbers] + [canonical_id(prefix, n) for n in repeated]
     if variant == 1:
         # The same id again, in lower case: only case tells the copies apart.

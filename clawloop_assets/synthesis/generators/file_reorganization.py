@@ -32,6 +32,7 @@ from generator_common import (  # noqa: E402
     assemble,
     csv_text,
     family,
+    level0_variant,
     python_oracle,
     record_ids,
     sha256,
@@ -85,7 +86,7 @@ def level0(rng, seed, params):
     exts = list(d["file_extensions"])
     target_ext = rng.choice(exts)
     per_extension = {ext: rng.randint(2, 3) for ext in exts}
-    variant = seed % 4
+    variant = level0_variant(seed)
     if variant == 1:
         per_extension["tmp"] = rng.randint(2, 3)
     files = make_files(rng, d, per_extension)

@@ -251,6 +251,19 @@ def one_step_task(rng, params, workspace):
     return task
 
 
+# A family's level 0 comes in LEVEL0_VARIANTS kinds of task (delete the .tmp
+# files, copy the logs to backup/, ...), its seed choosing which. Whether
+# the policy solves one depends on the variant far more than on the family,
+# so a round's seeds start at a variant that moves with the round
+# (candidates.candidate_assignments).
+LEVEL0_VARIANTS = 4
+
+
+def level0_variant(seed):
+    """Which of its level-0 variants a family builds for `seed`."""
+    return seed % LEVEL0_VARIANTS
+
+
 def shown_command_task(task):
     """Level -1: `task` (the family's level 0) with its solution's command
     appended to the instruction as level -2 shows one (" Run: ...")."""

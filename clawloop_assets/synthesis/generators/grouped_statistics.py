@@ -33,6 +33,7 @@ from generator_common import (  # noqa: E402
     decimal_text,
     deliverable_format,
     family,
+    level0_variant,
     python_oracle,
     record_ids,
     records_deliverable,
@@ -57,7 +58,7 @@ def level0(rng, seed, params):
     d = params["domain"]
     data = d["record_file"] + ".csv"
     header = [d["id_field"], d["group_field"], d["numeric_field"]]
-    variant = seed % 4
+    variant = level0_variant(seed)
     if variant == 0:
         # Counts stay at 10 or more: the leakage audit ignores one-digit numbers.
         per_group = {g: rng.randint(2, 6) for g in rng.sample(d["group_values"], 4)}

@@ -33,6 +33,7 @@ from generator_common import (  # noqa: E402
     decimal_text,
     deliverable_format,
     family,
+    level0_variant,
     python_oracle,
     record_ids,
     records_deliverable,
@@ -64,7 +65,7 @@ def level0(rng, seed, params):
     a_file, b_file = a_name + ".txt", b_name + ".txt"
     a_only, b_only, both = split_ids(rng, d, rng.randint(2, 5), rng.randint(2, 5), rng.randint(6, 12))
     a_ids, b_ids = sorted(a_only + both), sorted(b_only + both)
-    variant = seed % 4
+    variant = level0_variant(seed)
     sorted_note = "Both files are sorted."
     if variant == 0:
         out, expected, ordered = "missing.txt", a_only, False

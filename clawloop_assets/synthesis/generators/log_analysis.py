@@ -36,6 +36,7 @@ from generator_common import (  # noqa: E402
     decimal_text,
     deliverable_format,
     family,
+    level0_variant,
     numbered_levels,
     python_oracle,
     record_ids,
@@ -147,7 +148,7 @@ def simple_entries(rng, d, levels):
 def level0(rng, seed, params):
     d = params["domain"]
     log = d["record_file"] + ".log"
-    variant = seed % 4
+    variant = level0_variant(seed)
     levels = ["ERROR"] * rng.randint(10, 14) + ["WARN"] * rng.randint(3, 6)
     levels += ["INFO"] * rng.randint(12, 20) + ["DEBUG"] * rng.randint(2, 5)
     rows = simple_entries(rng, d, levels)

@@ -44,6 +44,7 @@ from generator_common import (  # noqa: E402
     decimal_text,
     deliverable_format,
     family,
+    level0_variant,
     numbered_levels,
     python_oracle,
     record_ids,
@@ -68,7 +69,7 @@ def level0(rng, seed, params):
     idf, gf, nf = d["id_field"], d["group_field"], d["numeric_field"]
     lo, hi = cents_range(d)
     text, number = {"kind": "text"}, {"kind": "number", "tolerance": TOLERANCE}
-    variant = seed % 4
+    variant = level0_variant(seed)
     if variant == 0:
         first, second = rng.randint(3, 6), rng.randint(3, 6)
         ids = record_ids(rng, d, first + second)

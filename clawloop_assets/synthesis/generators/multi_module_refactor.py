@@ -30,7 +30,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from generator_common import assemble, csv_text, family, python_oracle, shaped_levels  # noqa: E402
+from generator_common import assemble, csv_text, family, level0_variant, python_oracle, shaped_levels  # noqa: E402
 
 VERBS = ("load", "parse", "check", "total", "format", "merge", "rank", "summarize", "export", "clean", "count", "pick")
 EXTRA_MODULES = ("common", "formats", "checks", "reports", "models", "storage", "rules", "tables")
@@ -235,7 +235,7 @@ def level0(rng, seed, params):
     program = random_program(rng, d, 3, 8, 0, 2)
     pkg = program.pkg
     spare = module_names(d, 8)[4:]
-    variant = seed % 4
+    variant = level0_variant(seed)
     # A module nothing imports: its one function is declared last, so nothing calls it.
     dead = module_names(d, 8)[3]
     program.add(next(n for n in function_names(rng, d, 60) if n not in program.functions), dead, [])

@@ -51,6 +51,7 @@ from generator_common import (  # noqa: E402
     decimal_text,
     deliverable_format,
     family,
+    level0_variant,
     numbered_levels,
     python_oracle,
     record_ids,
@@ -323,7 +324,7 @@ def level0(rng, seed, params):
     d = params["domain"]
     gf, idf, nf = d["group_field"], d["id_field"], d["numeric_field"]
     groups = list(d["group_values"])
-    variant = seed % 4
+    variant = level0_variant(seed)
     if variant == 0:
         rates = draw_rate_list(rng, groups)
         rng.shuffle(rates)

@@ -43,6 +43,7 @@ from generator_common import (  # noqa: E402
     decimal_text,
     deliverable_format,
     family,
+    level0_variant,
     numbered_levels,
     python_oracle,
     record_ids,
@@ -136,7 +137,7 @@ def level0(rng, seed, params):
     rows = [(s["id"], s["entity"], s["resource"], stamp_text(s["start"]), stamp_text(s["end"])) for s in slots]
     environment = {data: csv_text(header, rows)}
     target = rng.choice(resources)
-    variant = seed % 4
+    variant = level0_variant(seed)
     if variant == 0:
         out = "count.txt"
         value = sum(1 for s in slots if s["resource"] == target)

@@ -43,6 +43,7 @@ from generator_common import (  # noqa: E402
     csv_text,
     decimal_text,
     family,
+    level0_variant,
     numbered_levels,
     python_oracle,
     record_ids,
@@ -137,7 +138,7 @@ def level0(rng, seed, params):
     count = rng.randint(10, 13)
     rows = [[i, rng.choice(d["group_values"]), rng.randint(lo, hi), 0] for i in ids[:count]]
     fresh = ids[count:]
-    variant = seed % 4
+    variant = level0_variant(seed)
     if variant in (0, 3):
         for row in rng.sample(rows, rng.randint(2, 4)):
             row[3] = 1
