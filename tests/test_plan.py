@@ -19,7 +19,6 @@ from clawloop_assets.synthesis.plan import (
     first_plan,
     generator_knobs,
     next_plan,
-    rung_variant_mix,
     warmup_operation_mix,
     wilson_interval,
 )
@@ -552,66 +551,6 @@ def test_warmup_operation_evidence_reads_each_tasks_operation_from_its_bundle(cl
     assert set(evidence) == {(-2, "copy_file")}  # level -1 is no warm-up level: level 0's task, shown
     copying = evidence[(-2, "copy_file")]  # round 2's task at 1, round 1's two at 0.5
     assert (copying.passes, copying.rollouts, copying.admitted, copying.candidates) == (4 + 0.5, 8 + 8, 1 + 0.5, 1 + 1)
-
-
-# A capability's rung per level-0 variant over rounds 2-6 of three runs
-# (multi-module refactor): variant 1 passed 5-7 of 8 on every task.
-RUNG_VARIANTS = {"0": cell(69, 192), "1": cell(101, 120), "2": cell(42, 120), "3": cell(22, 104)}
-
-
-def test_a_rung_variant_clearly_outside_the_inner_band_is_held_back_either_way():
-    mix, why = rung_variant_mix(RUNG_VARIANTS, PAPER)
-    # Variant 1 (84%) is clearly above 50%, variant 3 (21%) not clearly below 25%.
-    assert mix == pytest.approx({"0": 0.3, "1": 0.1, "2": 0.3, "3": 0.3})
-    assert why == ("level -1 variants: 1 held back at 10% (pass rate 84%, 95% CI from 77%, clearly above 50%)")
-    mix, why = rung_variant_mix(dict(RUNG_VARIANTS, **{"3": cell(0, 64)}), PAPER)
-    assert mix == pytest.approx({"0": 0.4, "1": 0.1, "2": 0.4, "3": 0.1}) and "3 held back at 10%" in why
-    assert "clearly below 25%" in why
-    # Too few rollouts to be clear: even.
-    assert rung_variant_mix(dict(RUNG_VARIANTS, **{"1": cell(8, 8)}), PAPER) == (None, "")
-    # For a policy 1.5 logits weaker variant 1 is the one in the band, the others clearly below it.
-    assert rung_variant_mix(RUNG_VARIANTS, PAPER, drift=-1.5)[0] == pytest.approx({"0": 0.1, "1": 0.7, "2": 0.1, "3": 0.1})
-    # All held: nothing says which to prefer.
-    assert rung_variant_mix({str(v): cell(0, 64) for v in range(4)}, PAPER) == (None, "")
-
-
-def test_the_plan_carries_each_capabilitys_variant_mix_to_its_rung_entries():
-    evidence = {("a", -1): cell(234, 536), ("b", -1): cell(120, 300)}
-    variants = {("a", v): c for v, c in RUNG_VARIANTS.items()}
-    plan = next_plan(["a", "b"], {"a": -1, "b": -1}, evidence, {}, 20, PAPER, variant_evidence=variants)
-    by = {(e.capability_id, e.difficulty): e for e in plan}
-    assert by[("a", -1)].operation_weights == pytest.approx({"0": 0.3, "1": 0.1, "2": 0.3, "3": 0.3})
-    assert "level -1 variants: 1 held back at 10%" in by[("a", -1)].reason
-    # b has no evidence per variant (its own or none at all): even; level 0's probe of a: even.
-    assert all(e.operation_weights is None for e in plan if e.capability_id == "b" or e.difficulty != -1)
-
-
-def test_rung_variant_evidence_is_per_capability_and_the_seeds_variant(clawloop_home):
-    """A rung task's variant is its seed's; other levels and the domain
-    route's family (no variants) are left out; older rounds weigh recency**age."""
-    from clawloop_assets.synthesis.evidence import rung_variant_evidence
-    from resources.warehouse import DuckDBWarehouse, table_frame
-
-    warehouse = DuckDBWarehouse()
-    for number, rows in ((1, [("a", -1, 1001, 2), ("a", -1, 1005, 6), ("a", -2, 1002, 3),
-                              ("domain_workflow", -1, 1001, 1)]),
-                         (2, [("a", -1, 2001, 4)])):
-        key = f"round-{number:04d}"
-        tasks, admissions = [], []
-        for i, (capability, level, seed, passes) in enumerate(rows):
-            task_id = f"{key}.{i}"
-            tasks.append({"round": key, "task_id": task_id, "generator_id": "g", "capability_id": capability,
-                          "domain_id": "d", "difficulty": level, "track": "analysis", "seed": seed,
-                          "bundle_path": None, "build_status": "built", "build_error": None, "seconds": 0.1})
-            admissions.append({"round": key, "task_id": task_id, "pass_count": passes, "scored_rollouts": 8,
-                               "excluded_rollouts": 0, "admitted": 1 <= passes <= 5, "decision": "admitted"})
-        warehouse.replace("tasks", table_frame("tasks", tasks), {"round": key})
-        warehouse.replace("admissions", table_frame("admissions", admissions), {"round": key})
-
-    evidence = rung_variant_evidence(warehouse, "round-0003", recency=0.5)
-    assert set(evidence) == {("a", "1")}  # seeds 1001, 1005 and 2001 all build variant 1
-    one = evidence[("a", "1")]  # round 2's task at 1, round 1's two at 0.5
-    assert (one.passes, one.rollouts, one.admitted, one.candidates) == (4 + 0.5 * 8, 8 + 0.5 * 16, 1 + 0.5, 1 + 0.5 * 2)
 
 
 # Round 2 of three runs (seeds 0, 1, 2; all at 0.95): validation passes of

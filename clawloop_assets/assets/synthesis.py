@@ -20,14 +20,8 @@ from clawloop_assets.synthesis.candidates import (
     task_id_for,
     write_generator,
 )
-from clawloop_assets.synthesis.evidence import (
-    controller_inputs,
-    controller_temperature,
-    rung_variant_evidence,
-    warmup_operation_evidence,
-)
+from clawloop_assets.synthesis.evidence import controller_inputs, controller_temperature, warmup_operation_evidence
 from clawloop_assets.synthesis.executable_domains import scan_domains
-from clawloop_assets.synthesis.generators.generator_common import SHOWN_COMMAND_LEVEL, WARMUP_LEVELS
 from clawloop_assets.synthesis.model_generators import GeneratorReplyError, generator_prompt, write_model_generator
 from clawloop_assets.synthesis.plan import PlanEntry, first_plan, next_plan
 from resources.policy import PolicyModel, SamplingParams
@@ -79,8 +73,7 @@ def synthesis_plan(context: dg.AssetExecutionContext, warehouse: Warehouse, loop
          "operation_weights": json.dumps(e.operation_weights, sort_keys=True) if e.operation_weights else None}
         for e in plan
     ]
-    mixes = {e.difficulty: e.operation_weights for e in plan if e.operation_weights and e.difficulty in WARMUP_LEVELS}
-    variant_mixes = [e for e in plan if e.operation_weights and e.difficulty == SHOWN_COMMAND_LEVEL]
+    mixes = {e.difficulty: e.operation_weights for e in plan if e.operation_weights}
     warehouse.replace("synthesis_plans", table_frame("synthesis_plans", rows), {"round": key})
     warehouse.replace("rollout_temperatures", table_frame("rollout_temperatures", [temperature]), {"round": key})
     return dg.MaterializeResult(metadata={
@@ -99,11 +92,6 @@ def synthesis_plan(context: dg.AssetExecutionContext, warehouse: Warehouse, loop
             ["level", "operation", "share"],
             [(level, op, f"{share:.0%}") for level, mix in sorted(mixes.items()) for op, share in mix.items()])
         if mixes else "even at every warm-up level (no operation clearly below the band)",
-        "rung_variant_mix": markdown_table(
-            ["capability", "level-0 variant", "share", "candidates"],
-            [(e.capability_id, variant, f"{share:.0%}", e.candidates) for e in variant_mixes
-             for variant, share in e.operation_weights.items()])
-        if variant_mixes else "even on every capability's rung (no variant clearly outside the band's inner half)",
     })
 
 
@@ -126,8 +114,7 @@ def plan_round(warehouse: Warehouse, key: str, capabilities: list[str], loop: Lo
         drift = {level: shift if loop.at_round_temperature(level) else d for level, d in drift.items()}
     plan = next_plan(capabilities, levels, evidence, failure_share, loop.candidates_per_round,
                      loop.controller(), drift, failure_causes,
-                     warmup_operation_evidence(warehouse, key, loop.controller_recency),
-                     rung_variant_evidence(warehouse, key, loop.controller_recency))
+                     warmup_operation_evidence(warehouse, key, loop.controller_recency))
     return plan, temperature, drift
 
 

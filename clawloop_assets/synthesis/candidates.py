@@ -34,8 +34,7 @@ from clawloop_assets.synthesis.catalogs import (
     route_of,
 )
 from clawloop_assets.synthesis.executable_domains import TOOL_CLI, ExecutableDomain, load_domains
-from clawloop_assets.synthesis.generators.generator_common import LEVEL0_VARIANTS, SHOWN_COMMAND_LEVEL, level0_variant
-from clawloop_assets.synthesis.plan import apportion
+from clawloop_assets.synthesis.generators.generator_common import LEVEL0_VARIANTS
 from clawloop_assets.task_bundle import (
     TaskBundleError,
     load_task_bundle,
@@ -160,28 +159,14 @@ def candidate_assignments(warehouse: Warehouse, round_key: str) -> list[tuple[Ge
     for entry in plan.sort("capability_id").iter_rows(named=True):
         capability, knobs = capabilities[entry["capability_id"]], entry["knobs"] or ()
         mix = json.loads(entry["operation_weights"]) if entry.get("operation_weights") else None
-        seeds = [first_seed + j for j in range(entry["candidates"])]
-        if mix and entry["difficulty"] == SHOWN_COMMAND_LEVEL:
-            # The rung's shares are of level-0 variants, which the seed chooses.
-            seeds, mix = variant_seeds(first_seed, entry["candidates"], mix), None
-        for j, seed in enumerate(seeds):
+        for j in range(entry["candidates"]):
             if route_of(capability.id) == "domain":
                 spec = domain_generator_spec(capability, executable[(number + j) % len(executable)], entry["difficulty"],
                                              knobs, mix)
             else:
                 spec = generator_spec(capability, domains[(number * 5 + j) % len(domains)], entry["difficulty"], knobs, mix)
-            assignments.append((spec, seed))
+            assignments.append((spec, first_seed + j))
     return assignments
-
-
-def variant_seeds(base: int, count: int, shares: Mapping[str, float]) -> list[int]:
-    """`count` seeds from `base` up whose level-0 variants (level0_variant)
-    come in `shares` ({"0": share, ...}; largest remainder), the variants
-    interleaved: each variant's i-th seed is the i-th from `base` that
-    builds it, so a round's seeds stay distinct."""
-    counts = apportion(count, {int(variant): share for variant, share in shares.items()}, 0.0, at_least_one=False)
-    first = {v: base + (v - level0_variant(base)) % LEVEL0_VARIANTS for v in counts}
-    return sorted(first[v] + LEVEL0_VARIANTS * i for v, n in counts.items() for i in range(n))
 
 
 def write_generator(spec: GeneratorSpec, directory: Path, script: Path | None = None) -> Path:

@@ -1,7 +1,6 @@
 """What the plan is made from: the evidence of the rounds so far, read from
 the warehouse. Each past round's validated candidates (pass counts and
-admissions per capability and level, per warm-up operation and per
-variant of a capability's rung), the last
+admissions per capability and level, and per warm-up operation), the last
 round's diagnosed failures, and the rollouts the controller chooses the next
 temperature from; the controller itself (plan.py) reads no table."""
 
@@ -14,12 +13,7 @@ import polars as pl
 from clawloop_assets.partitions import previous_round, round_number
 from clawloop_assets.partitions import round_key as round_key_for
 from clawloop_assets.round_state import MissingUpstreamError, rollout_temperature
-from clawloop_assets.synthesis.catalogs import route_of
-from clawloop_assets.synthesis.generators.generator_common import (
-    SHOWN_COMMAND_LEVEL,
-    WARMUP_OPERATIONS,
-    level0_variant,
-)
+from clawloop_assets.synthesis.generators.generator_common import WARMUP_OPERATIONS
 from clawloop_assets.synthesis.plan import (
     LEVELS,
     CellEvidence,
@@ -118,8 +112,7 @@ def past_candidates(warehouse: Warehouse, round_key: str) -> list[tuple[int, pl.
     out = []
     for past in range(1, number):
         past_key = round_key_for(past)
-        tasks = warehouse.read("tasks", {"round": past_key}).select("task_id", "capability_id", "difficulty", "seed",
-                                                                   "bundle_path")
+        tasks = warehouse.read("tasks", {"round": past_key}).select("task_id", "capability_id", "difficulty", "bundle_path")
         out.append((number - past, warehouse.read("admissions", {"round": past_key}).join(tasks, on="task_id")))
     return out
 
@@ -139,21 +132,4 @@ def warmup_operation_evidence(warehouse: Warehouse, round_key: str, recency: flo
                 evidence.setdefault((row["difficulty"], operation), CellEvidence()).add(
                     recency ** (age - 1), passes=row["pass_count"], rollouts=row["scored_rollouts"],
                     admitted=int(row["admitted"]), candidates=1)
-    return evidence
-
-
-def rung_variant_evidence(warehouse: Warehouse, round_key: str, recency: float) -> dict[tuple[str, str], CellEvidence]:
-    """Per (capability, level-0 variant) on the rung: the validation pass
-    counts and admissions of every round before `round_key`, a round j
-    rounds back weighing recency**j. A task's variant is its seed's
-    (level0_variant); the domain route's family has none."""
-    evidence: dict[tuple[str, str], CellEvidence] = {}
-    for age, candidates in past_candidates(warehouse, round_key):
-        rung = candidates.filter(pl.col("difficulty") == SHOWN_COMMAND_LEVEL)
-        for row in rung.iter_rows(named=True):
-            if route_of(row["capability_id"]) == "domain":
-                continue
-            evidence.setdefault((row["capability_id"], str(level0_variant(row["seed"]))), CellEvidence()).add(
-                recency ** (age - 1), passes=row["pass_count"], rollouts=row["scored_rollouts"],
-                admitted=int(row["admitted"]), candidates=1)
     return evidence

@@ -30,11 +30,6 @@ budget taught nothing. The controller here:
   below the lowest for such an operation to move to, and training may not
   lift it for rounds (docs/experiments/2026-11-30-warmup-variant-mix.md,
   docs/experiments/2026-12-01-operation-holdback-and-0.95.md);
-- on the rung, holds back by the same test, either way, a level-0 variant
-  of a capability (delete the .tmp files, copy the logs to backup/, ...)
-  clearly outside the band's inner half (rung_variant_mix): the policy
-  copies some shown commands almost always and others never, and the
-  rung's fixed temperature does not spread them;
 - at a level that shows the command (the warm-up level, the rung) in the
   band's upper half, probes the level above with a share of the
   capability's candidates and climbs once that level's evidence is in the
@@ -59,11 +54,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from clawloop_assets.synthesis.generators.generator_common import (
-    LEVEL0_VARIANTS,
-    SHOWN_COMMAND_LEVEL,
-    WARMUP_OPERATIONS,
-)
+from clawloop_assets.synthesis.generators.generator_common import SHOWN_COMMAND_LEVEL, WARMUP_OPERATIONS
 from resources.schemas import MAX_LEVEL, MIN_LEVEL
 
 # Every generator family implements levels MIN_LEVEL to MAX_LEVEL (the scale
@@ -82,9 +73,7 @@ class PlanEntry:
     candidates: int
     reason: str
     knobs: tuple[str, ...] = ()
-    # The share of each kind of task at the level: at a warm-up level its
-    # operations (warmup_operation_mix), on the rung the capability's level-0
-    # variants ("0", "1", ...: rung_variant_mix). None draws them evenly.
+    # At a warm-up level: the share of each of its operations (warmup_operation_mix); None draws them evenly.
     operation_weights: Mapping[str, float] | None = None
 
 
@@ -256,7 +245,7 @@ def first_plan(capabilities: Sequence[str], candidates_per_round: int, level: in
     if not MIN_LEVEL <= level <= MAX_LEVEL:
         raise ValueError(f"the first plan's level must be in [{MIN_LEVEL}, {MAX_LEVEL}], got {level}")
     weight = 1.0 / len(capabilities)
-    counts = apportion(candidates_per_round, {c: weight for c in capabilities}, 0.0)
+    counts = _apportion(candidates_per_round, {c: weight for c in capabilities}, 0.0)
     return [PlanEntry(c, level, weight, counts[c], f"round 1: every capability starts at level {level}")
             for c in capabilities]
 
@@ -426,52 +415,24 @@ def warmup_operation_mix(level: int, evidence: Mapping[str, CellEvidence], contr
     drift-shifted pass rate is clearly below the inner band keeps
     `min_operation_share`, the others share the rest evenly. (None, "") when
     none is held back, or when all are (then nothing says which to prefer)."""
-    return _kind_mix(f"level {level} operations", WARMUP_OPERATIONS[level], evidence, controller, drift,
-                     hold_above=False)
-
-
-def rung_variant_mix(evidence: Mapping[str, CellEvidence], controller: Controller,
-                     drift: float = 0.0) -> tuple[dict[str, float] | None, str]:
-    """(share per level-0 variant, why) on one capability's rung next
-    round, from its own evidence per variant there: a variant clearly
-    below the inner band or clearly above it keeps `min_operation_share`,
-    the others share the rest evenly. Whether the policy copies a shown
-    command depends on the command: one variant of a family's rung passes
-    0 of 8 round after round while another passes 7 of 8, and the rung's
-    fixed temperature does not spread them
-    (docs/experiments/2026-12-05-the-rungs-variants.md). Unlike the warm-up
-    level, the rung holds back the variants it has outgrown too: level 0
-    asks every variant in words."""
-    return _kind_mix(f"level {SHOWN_COMMAND_LEVEL} variants", tuple(str(v) for v in range(LEVEL0_VARIANTS)),
-                     evidence, controller, drift, hold_above=True)
-
-
-def _kind_mix(what: str, kinds: Sequence[str], evidence: Mapping[str, CellEvidence], controller: Controller,
-              drift: float, hold_above: bool) -> tuple[dict[str, float] | None, str]:
-    """The share of each kind of task at a level: a kind whose drift-shifted
-    pass rate is clearly below the inner band (or, with `hold_above`, clearly
-    above it) keeps `min_operation_share`, the rest share evenly. (None, "")
-    when none is held back or all are."""
-    inner_low, inner_high = _inner_band(controller)
+    operations = WARMUP_OPERATIONS[level]
+    inner_low, _ = _inner_band(controller)
     held = {}
-    for kind in kinds:
-        cell = evidence.get(kind)
+    for operation in operations:
+        cell = evidence.get(operation)
         if cell is None or cell.rollouts < controller.min_rollouts:
             continue
-        lo, hi = _shifted_interval(cell, controller, drift)
-        shifted = f"{' with drift' if drift else ''}"
+        _, hi = _shifted_interval(cell, controller, drift)
         if hi < inner_low:
-            held[kind] = f"{kind} held back at {controller.min_operation_share:.0%} (pass rate " \
-                         f"{cell.pass_rate:.0%}, 95% CI up to {hi:.0%}{shifted}, clearly below {inner_low:.0%})"
-        elif hold_above and lo > inner_high:
-            held[kind] = f"{kind} held back at {controller.min_operation_share:.0%} (pass rate " \
-                         f"{cell.pass_rate:.0%}, 95% CI from {lo:.0%}{shifted}, clearly above {inner_high:.0%})"
-    if not held or len(held) == len(kinds):
+            held[operation] = f"{operation} held back at {controller.min_operation_share:.0%} (pass rate " \
+                              f"{cell.pass_rate:.0%}, 95% CI up to {hi:.0%}{' with drift' if drift else ''}, " \
+                              f"clearly below {inner_low:.0%})"
+    if not held or len(held) == len(operations):
         return None, ""
-    floor = min(controller.min_operation_share, 1 / len(kinds))
-    rest = (1 - floor * len(held)) / (len(kinds) - len(held))
-    mix = {kind: floor if kind in held else rest for kind in kinds}
-    return mix, f"{what}: " + "; ".join(held.values())
+    floor = min(controller.min_operation_share, 1 / len(operations))
+    rest = (1 - floor * len(held)) / (len(operations) - len(held))
+    mix = {operation: floor if operation in held else rest for operation in operations}
+    return mix, f"level {level} operations: " + "; ".join(held.values())
 
 
 @dataclass(frozen=True)
@@ -571,12 +532,10 @@ def next_plan(
     drift: float | Mapping[int, float] = 0.0,
     failure_causes: Mapping[str, Mapping[str, int]] | None = None,
     operation_evidence: Mapping[tuple[int, str], CellEvidence] | None = None,
-    variant_evidence: Mapping[tuple[str, str], CellEvidence] | None = None,
 ) -> list[PlanEntry]:
     """Round k+1's plan from the evidence of rounds 1..k (`drift`: see
     estimate_drift, one for every level or per level; `operation_evidence`:
-    per (warm-up level, operation), pooled over capabilities;
-    `variant_evidence`: per (capability, level-0 variant) on the rung) and round k's
+    per (warm-up level, operation), pooled over capabilities) and round k's
     diagnosis (`failure_share` per capability, `failure_causes`: root-cause
     counts per capability)."""
     def drift_at(level: int) -> float:
@@ -602,11 +561,11 @@ def next_plan(
     expected = {c: d.expected_admission for c, d in decisions.items()}
     tilt = {c: 1.0 + controller.weakness_tilt * failure_share.get(c, 0.0) for c in capabilities}
     weights, evenness = _weights_for_target(expected, tilt, controller)
-    counts = apportion(candidates_per_round, weights, controller.min_share)
+    counts = _apportion(candidates_per_round, weights, controller.min_share)
     plan = []
     for capability in capabilities:
         decision = decisions[capability]
-        split = apportion(counts[capability], decision.levels, 0.0, at_least_one=False)
+        split = _apportion(counts[capability], decision.levels, 0.0, at_least_one=False)
         chosen, why = knobs.get(capability, ((), ""))
         for level in sorted(split):
             # A warm-up task's one sentence already states its whole contract;
@@ -614,12 +573,7 @@ def next_plan(
             # (docs/experiments/2026-11-30-warmup-levels.md).
             knobbed = chosen if level >= FIRST_KNOB_LEVEL else ()
             note = why if knobbed else (f"no knobs below level {FIRST_KNOB_LEVEL} ({why})" if why else "")
-            if level == SHOWN_COMMAND_LEVEL:
-                mix, mix_why = rung_variant_mix(
-                    {v: cell for (c, v), cell in (variant_evidence or {}).items() if c == capability}, controller,
-                    drift_at(level))
-            else:
-                mix, mix_why = mixes.get(level, (None, ""))
+            mix, mix_why = mixes.get(level, (None, ""))
             plan.append(PlanEntry(
                 capability, level, weights[capability] * decision.levels[level], split[level],
                 f"{decision.reason}; expected admission {decision.expected_admission:.0%}; "
@@ -651,7 +605,7 @@ def _weights_for_target(expected: Mapping[str, float], tilt: Mapping[str, float]
     return best, 0.0
 
 
-def apportion(total: int, weights: Mapping, min_share: float, at_least_one: bool = True) -> dict:
+def _apportion(total: int, weights: Mapping, min_share: float, at_least_one: bool = True) -> dict:
     """Integer counts proportional to `weights` (largest remainder), each at
     least ceil(min_share * total) and, with `at_least_one`, at least one, so no
     capability drops out of sight."""
