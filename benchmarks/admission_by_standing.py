@@ -13,6 +13,12 @@ a climb passes through admit. Round 1 is left out (nothing is established
 in it). Not part of `make bench` (it reads finished runs):
 
     python -m benchmarks.admission_by_standing HOME [HOME ...] [--target 0.7]
+    python -m benchmarks.admission_by_standing HOME [HOME ...] --variants LEVEL
+
+`--variants` prints instead, for one level from -1 up, each capability's
+candidates per level-0 variant (the seed's, generator_common.level0_variant),
+rounds 2 on: whether the policy passes a family's task depends on which of
+its variants it is.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from typing import Iterable, Sequence
 import duckdb
 
 from benchmarks import warehouse_copy
-from clawloop_assets.synthesis.generators.generator_common import WARMUP_LEVELS
+from clawloop_assets.synthesis.generators.generator_common import SHOWN_COMMAND_LEVEL, WARMUP_LEVELS, level0_variant
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,7 @@ class Candidate:
     round_number: int
     capability: str
     level: int
+    seed: int
     pass_count: int | None  # None: never scored (no admission row)
     admitted: bool
 
@@ -43,14 +50,15 @@ def candidates(home: Path) -> list[Candidate]:
     with warehouse_copy(home) as copy:
         db = duckdb.connect(str(copy), read_only=True)
         try:
-            rows = db.sql("SELECT t.round, t.capability_id, t.difficulty, a.pass_count, coalesce(a.admitted, false) "
+            rows = db.sql("SELECT t.round, t.capability_id, t.difficulty, t.seed, a.pass_count, "
+                          "coalesce(a.admitted, false) "
                           "FROM tasks t LEFT JOIN admissions a USING (round, task_id) "
                           "ORDER BY t.round, t.task_id").fetchall()
         finally:
             db.close()
-    return [Candidate(int(key.removeprefix("round-")), capability, int(level),
+    return [Candidate(int(key.removeprefix("round-")), capability, int(level), int(seed),
                       None if passes is None else int(passes), bool(admitted))
-            for key, capability, level, passes, admitted in rows]
+            for key, capability, level, seed, passes, admitted in rows]
 
 
 def by_standing(rows: Iterable[Candidate]) -> dict[tuple[int, str], Counter]:
@@ -114,12 +122,33 @@ def table(homes: Sequence[Path], target: float) -> str:
     return "\n".join(lines)
 
 
+def variant_table(homes: Sequence[Path], level: int) -> str:
+    """Per capability and level-0 variant at `level` (-1 or up), rounds 2
+    on: admitted / candidates and every candidate's pass count, sorted."""
+    if level < SHOWN_COMMAND_LEVEL:
+        raise SystemExit(f"level {level} has no level-0 variants: give {SHOWN_COMMAND_LEVEL} or above")
+    cells: dict[tuple[str, int], list[Candidate]] = {}
+    for home in homes:
+        for row in candidates(home):
+            if row.level == level and row.round_number > 1:
+                cells.setdefault((row.capability, level0_variant(row.seed)), []).append(row)
+    lines = ["| capability | variant | admitted / candidates | passes (of the rollouts; - never scored) |",
+             "|---|---|---|---|"]
+    for (capability, variant), rows in sorted(cells.items()):
+        passes = [str(p) for p in sorted(row.pass_count for row in rows if row.pass_count is not None)]
+        passes += ["-"] * sum(row.pass_count is None for row in rows)
+        lines.append(f"| {capability} | {variant} | {sum(row.admitted for row in rows)}/{len(rows)} | "
+                     f"{', '.join(passes)} |")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("homes", nargs="+", type=Path, help="finished runs' homes ($CLAWLOOP_HOME)")
     parser.add_argument("--target", type=float, default=0.7, help="the round admission rate to keep (default 0.7)")
+    parser.add_argument("--variants", type=int, metavar="LEVEL", help="per capability and level-0 variant at LEVEL")
     args = parser.parse_args(argv)
-    print(table(args.homes, args.target))
+    print(table(args.homes, args.target) if args.variants is None else variant_table(args.homes, args.variants))
 
 
 if __name__ == "__main__":

@@ -542,7 +542,10 @@ def test_admission_by_standing_splits_each_level_by_the_capabilitys_first_round_
     _home_with_two_rounds(home)
     db = duckdb.connect(str(home / "warehouse.duckdb"))
     # Round 2 also holds a rung task passed too often and one never scored (no admission row).
-    db.execute("INSERT INTO tasks VALUES ('round-0002', 'd', 'merge', -1, NULL), ('round-0002', 'e', 'ledger', -1, NULL)")
+    db.execute("ALTER TABLE tasks ADD COLUMN seed INTEGER")
+    db.execute("UPDATE tasks SET seed = 2000")
+    db.execute("INSERT INTO tasks VALUES ('round-0002', 'd', 'merge', -1, NULL, 2001), "
+               "('round-0002', 'e', 'ledger', -1, NULL, 2005)")
     db.execute("INSERT INTO admissions VALUES ('round-0002', 'd', 8, false)")
     db.close()
     counts = admission_by_standing.by_standing(admission_by_standing.candidates(home))
@@ -553,6 +556,11 @@ def test_admission_by_standing_splits_each_level_by_the_capabilitys_first_round_
     assert lines[2] == "| -2 | established | 1/1 (100.0%) | 0 | 0 | 0 | (the rest) |"
     # The rest at 100% leaves room for 30% of a round admitting nothing.
     assert lines[3] == "| -1 | new | 0/3 (0.0%) | 1 | 1 | 1 | 30% (19 of 64) |"
+    # Per level-0 variant (the seed's), rounds 2 on.
+    assert admission_by_standing.variant_table([home], -1).splitlines()[2:] == [
+        "| ledger | 1 | 0/1 | - |", "| merge | 0 | 0/1 | 0 |", "| merge | 1 | 0/1 | 8 |"]
+    with pytest.raises(SystemExit, match="no level-0 variants"):
+        admission_by_standing.variant_table([home], -2)
 
 
 def test_share_ceiling_is_the_most_a_level_may_take_of_a_round():
