@@ -32,7 +32,11 @@ from typing import Iterable, Sequence
 import duckdb
 
 from benchmarks import warehouse_copy
+from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.synthesis.generators.generator_common import SHOWN_COMMAND_LEVEL, WARMUP_LEVELS, level0_variant
+
+# The default round's candidates, the unit the ceiling is also given in.
+ROUND_CANDIDATES = LoopConfig().candidates_per_round
 
 
 @dataclass(frozen=True)
@@ -115,8 +119,9 @@ def table(homes: Sequence[Path], target: float) -> str:
              f"| most of a round at {target:.0%} |", "|---|---|---|---|---|---|---|"]
     for (level, standing), c in sorted(counts.items()):
         rate = c["admitted"] / c["candidates"]
+        share = share_ceiling(rate, rest_rate, target)
         ceiling = "(the rest)" if (level, standing) == (WARMUP_LEVELS[0], "established") else \
-            f"{share_ceiling(rate, rest_rate, target):.0%} ({share_ceiling(rate, rest_rate, target) * 64:.0f} of 64)"
+            f"{share:.0%} ({share * ROUND_CANDIDATES:.0f} of {ROUND_CANDIDATES})"
         lines.append(f"| {level} | {standing} | {c['admitted']}/{c['candidates']} ({rate:.1%}) | {c['passed 0']} "
                      f"| {c['passed too often']} | {c['never scored']} | {ceiling} |")
     return "\n".join(lines)
