@@ -989,7 +989,10 @@ class DockerSandbox(Sandbox):
             "--ulimit", f"cpu={limits.cpu_seconds}:{limits.cpu_seconds}",
             "--ulimit", f"fsize={limits.file_size_bytes}:{limits.file_size_bytes}",
         ]
-        announce = 'printf "%s" "$0"; exec "$@"'
+        # stderr onto stdout inside the container: the engine carries the two
+        # as separate streams with no order between them, so a command's
+        # stderr could overtake the marker and its own earlier stdout.
+        announce = 'exec 2>&1; printf "%s" "$0"; exec "$@"'
         return self._container_args(mounts, cwd, env, limits, name, uid, rlimits) + [
             "/bin/sh", "-c", announce, CONTAINER_STARTED, *argv]
 

@@ -254,6 +254,14 @@ def test_a_command_exiting_125_is_scored_as_its_own_exit(run, workspace):
     assert result.output.startswith("before\n") and "invalid option" in result.output
 
 
+def test_output_and_errors_are_one_stream(run, workspace):
+    # Two streams carried apart (Docker's attach) keep no order between them:
+    # under load a command's errors overtook its earlier output.
+    result = run(workspace, "readlink /proc/$$/fd/1 /proc/$$/fd/2")
+    stdout, stderr = result.output.splitlines()
+    assert stdout == stderr and stdout.startswith("pipe:")
+
+
 def test_a_command_runs_as_the_uid_asked_for(sandbox, workspace):
     from resources.sandbox import VERIFIER_UID
 
