@@ -172,39 +172,28 @@ def test_the_plans_operation_shares_steer_the_draw(sandbox, tmp_path, capability
     assert "copy_file" not in drawn and len(set(drawn)) == 2
 
 
-def test_the_probes_of_level_0_ask_every_variant_in_a_round_and_move_each_round(clawloop_home):
-    """A capability's seeds start at a variant that moves with the round and
-    differs between capabilities: a one-candidate entry (the probe of the
-    level above) asks each of its family's variants in turn, and a round's
-    probes, whose evidence is pooled over capabilities, ask all variants."""
+def test_a_probe_of_one_candidate_asks_another_level_0_variant_each_round(clawloop_home):
+    """A plan entry's seeds start at a variant that moves with the round,
+    round 1's at variant 0: a one-candidate entry (the probe of the level
+    above) asks each of a family's variants in turn, not the first always."""
     from clawloop_assets.partitions import round_key
     from clawloop_assets.synthesis.candidates import candidate_assignments
-    from clawloop_assets.synthesis.catalogs import ROUTES, round_capabilities
     from clawloop_assets.synthesis.generators.generator_common import LEVEL0_VARIANTS, level0_variant
     from resources.warehouse import DuckDBWarehouse, table_frame
 
     warehouse = DuckDBWarehouse()
-    capabilities = [c.id for c in round_capabilities(ROUTES)]
-    probed, rung = {}, {}
+    probed, rung = [], {}
     for number in range(1, LEVEL0_VARIANTS + 2):
         key = round_key(number)
-        rows = [{"round": key, "capability_id": capability, "difficulty": level, "weight": 1.0,
+        rows = [{"round": key, "capability_id": "file_reorganization", "difficulty": level, "weight": 1.0,
                  "candidates": count, "source_round": None, "reason": "", "knobs": []}
-                for capability in capabilities for level, count in ((SHOWN_COMMAND_LEVEL, 5), (0, 1))]
+                for level, count in ((SHOWN_COMMAND_LEVEL, 5), (0, 1))]
         warehouse.replace("synthesis_plans", table_frame("synthesis_plans", rows), {"round": key})
-        for spec, seed in candidate_assignments(warehouse, key):
-            if spec.difficulty == 0:
-                probed.setdefault(number, {})[spec.capability] = level0_variant(seed)
-            else:
-                rung.setdefault((number, spec.capability), []).append(seed)
-    for number, by_capability in probed.items():
-        assert set(by_capability.values()) == set(range(LEVEL0_VARIANTS)), number
-    for capability in capabilities:
-        assert [probed[number][capability] for number in sorted(probed)] == [
-            (probed[1][capability] + k) % LEVEL0_VARIANTS for k in range(LEVEL0_VARIANTS + 1)]
-    for (number, capability), seeds in rung.items():  # consecutive, in the round's thousand, from the same variant
-        assert seeds == list(range(seeds[0], seeds[0] + 5)) and seeds[0] // 1000 == number
-        assert level0_variant(seeds[0]) == probed[number][capability]
+        assignments = candidate_assignments(warehouse, key)
+        probed += [level0_variant(seed) for spec, seed in assignments if spec.difficulty == 0]
+        rung[number] = sorted(seed for spec, seed in assignments if spec.difficulty == SHOWN_COMMAND_LEVEL)
+    assert probed == [0, 1, 2, 3, 0]
+    assert rung[1] == list(range(1000, 1005)) and rung[2] == list(range(2001, 2006))
 
 
 def test_a_level_0_tasks_variant_is_its_seeds(sandbox, tmp_path):

@@ -143,25 +143,21 @@ def domain_generator_spec(capability: Capability, domain: ExecutableDomain, diff
 def candidate_assignments(warehouse: Warehouse, round_key: str) -> list[tuple[GeneratorSpec, int]]:
     """(generator, seed) for every candidate of `round_key`'s plan: capabilities
     rotate through the domains, and their level-0 variants through the seeds,
-    offset by round and by capability so each round sees other domains and
-    variants first, and a round's capabilities not all the same variant."""
+    offset by round so each round sees other domains and variants first."""
     plan = require_rows(warehouse, "synthesis_plans", round_key, "synthesis_plan")
     capabilities = {c.id: c for c in round_capabilities(ROUTES)}
     domains = load_domain_catalog()
     executable = load_domains() if DOMAIN_WORKFLOW.id in set(plan["capability_id"]) else []
     number = round_number(round_key)
-    position = {capability_id: k for k, capability_id in enumerate(capabilities)}
+    # Each entry's seeds start at a level-0 variant that moves with the
+    # round (round 1 at variant 0): an entry of fewer candidates than a
+    # family has variants, such as the one that probes the level above,
+    # would otherwise build the same variants in every round, and the
+    # evidence a level is climbed on would be theirs alone.
+    first_seed = number * 1000 + (number - 1) % LEVEL0_VARIANTS
     assignments = []
     for entry in plan.sort("capability_id").iter_rows(named=True):
         capability, knobs = capabilities[entry["capability_id"]], entry["knobs"] or ()
-        # A capability's seeds start at a level-0 variant that moves with the
-        # round and differs between capabilities: an entry of fewer
-        # candidates than a family has variants (the one-candidate probe of
-        # the level above) would otherwise ask the same variant in every
-        # round, or every capability the same one in a round, and the
-        # evidence a level is climbed on (pooled over capabilities) would
-        # be that one variant's.
-        first_seed = number * 1000 + (number - 1 + position[capability.id]) % LEVEL0_VARIANTS
         mix = json.loads(entry["operation_weights"]) if entry.get("operation_weights") else None
         for j in range(entry["candidates"]):
             if route_of(capability.id) == "domain":
