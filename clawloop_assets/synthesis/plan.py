@@ -1,7 +1,8 @@
 """The synthesis plan: which capabilities, at which difficulty, how many
-candidates. Round 1 starts every capability at one level (`loop.first_level`), with a few
-probes of the warm-up level's operations (`loop.first_operation_probes`). From round 2 on a
-closed-loop controller plans from the evidence of every round so far.
+candidates. Round 1 starts every capability at one level
+(`loop.first_level`), with a few probes of the warm-up level's operations
+(`loop.first_operation_probes`). From round 2 on a closed-loop controller
+plans from the evidence of every round so far.
 
 Why closed-loop: the paper grew difficulty open-loop and overshot; its
 admission rate went 65.6% -> 45.8% -> 55.4%, so a third to a half of a round's
@@ -248,9 +249,9 @@ def first_plan(capabilities: Sequence[str], candidates_per_round: int, level: in
     probe each of its operations, each probe one capability's (the
     capabilities in turn, as many as there are): round 2 moves the
     capabilities the start finds too hard down to the warm-up level, and
-    without the probes its
-    operation mix has no evidence to hold back an operation the policy
-    cannot do (docs/experiments/2026-12-04-round-2s-admission.md). They
+    without the probes its operation mix has no evidence to hold back an
+    operation the policy cannot do
+    (docs/experiments/2026-12-05-round-1-probes-the-operations.md). They
     come on top of the round's candidates, so the start's own evidence is
     what it was without them."""
     if not MIN_LEVEL <= level <= MAX_LEVEL:
