@@ -129,12 +129,6 @@ class LoopConfig(dg.ConfigurableResource):
                     "shown) trains the families' own commands from round 1, and with them their words; a start "
                     f"at the warm-up level {MIN_LEVEL} admits more in rounds 1-2 but, trained there, the policy "
                     "loses the rung and never climbs (docs/experiments/2026-12-04-the-copies-from-every-success.md).")
-    first_operation_probes: int = Field(
-        default=4, ge=0,
-        description="Round 1's candidates at the warm-up level for each of its operations when the round starts "
-                    "above it, on top of candidates_per_round, each on its own capability (0: none), so that "
-                    "round 2, which moves the capabilities the start finds too hard down there, holds back an "
-                    "operation the policy cannot do (docs/experiments/2026-12-05-round-1-probes-the-operations.md).")
     target_admission_rate: float = Field(
         default=0.7, gt=0, le=1, description="The admission rate the controller aims each capability at, in (0, 1].")
     min_capability_share: float = Field(

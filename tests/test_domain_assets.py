@@ -121,7 +121,7 @@ def test_task_generators_go_on_past_a_broken_user_domain(clawloop_home):
                             selection=dg.AssetSelection.assets("task_generators").upstream(),
                             resources={"warehouse": DuckDBWarehouse(), "policy": EmbeddedPolicyModel(),
                                        "sandbox": BubblewrapSandbox(), "training_launcher": SubprocessTrainingLauncher(),
-                                       "loop": LoopConfig(candidates_per_round=40, first_operation_probes=0)})
+                                       "loop": LoopConfig(candidates_per_round=40)})
     assert result.success
     generators = DuckDBWarehouse().read("generators", {"round": ROUND})
     domain_route = set(generators.filter(generators["capability_id"] == "domain_workflow")["domain_id"])

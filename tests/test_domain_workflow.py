@@ -97,8 +97,7 @@ def test_a_round_draws_from_both_routes_and_the_switch_turns_one_off(clawloop_ho
             selection=dg.AssetSelection.assets("agent_free_validation").upstream(),
             resources={"sandbox": BubblewrapSandbox(), "warehouse": DuckDBWarehouse(), "policy": EmbeddedPolicyModel(),
                        "training_launcher": SubprocessTrainingLauncher(),
-                       "loop": LoopConfig(candidates_per_round=candidates, synthesis_routes=routes,
-                                          first_operation_probes=0)},
+                       "loop": LoopConfig(candidates_per_round=candidates, synthesis_routes=routes)},
         )
         assert result.success
         tasks = DuckDBWarehouse().read("tasks", {"round": key})

@@ -76,7 +76,7 @@ with dg.DagsterInstance.get() as instance:
         selection=dg.AssetSelection.assets("agent_free_validation").upstream(),
         resources={"policy": EmbeddedPolicyModel(), "sandbox": GatedSandbox() if gate else BubblewrapSandbox(),
                    "warehouse": DuckDBWarehouse(),
-                   "training_launcher": SubprocessTrainingLauncher(), "loop": LoopConfig(candidates_per_round=13, first_operation_probes=0)})
+                   "training_launcher": SubprocessTrainingLauncher(), "loop": LoopConfig(candidates_per_round=13)})
     print("RESULT " + json.dumps({"run_id": result.run_id, "success": result.success,
                                   "why": None if result.success else why_stopped(result)}), flush=True)
 """
@@ -304,7 +304,7 @@ def test_a_write_killed_inside_its_transaction_leaves_only_committed_rows(tmp_pa
 
 def front_resources():
     return {"policy": EmbeddedPolicyModel(), "sandbox": BubblewrapSandbox(), "warehouse": DuckDBWarehouse(),
-            "training_launcher": SubprocessTrainingLauncher(), "loop": LoopConfig(candidates_per_round=13, first_operation_probes=0)}
+            "training_launcher": SubprocessTrainingLauncher(), "loop": LoopConfig(candidates_per_round=13)}
 
 
 def test_a_backfill_out_of_order_refuses_later_rounds_and_round_one_needs_no_upstream(clawloop_home):

@@ -81,7 +81,6 @@ BAD_VALUES = {
     "weakness_tilt": [-1],
     "rung_probe_share": [-0.1, 1],
     "first_level": [-3, 6, "-1", -1.0],
-    "first_operation_probes": [-1, "4", 4.0],
     "model_failure_summaries": ["no"],
     "diagnose_unsolved_candidates": [0],
     "summary_probe": [-1],

@@ -145,8 +145,7 @@ def test_a_round_can_take_its_generators_from_the_model(clawloop_home, base_chec
         selection=dg.AssetSelection.assets("candidate_tasks").upstream(),
         resources={"policy": ScriptedGeneratorPolicy(), "sandbox": BubblewrapSandbox(),
                    "warehouse": DuckDBWarehouse(), "training_launcher": SubprocessTrainingLauncher(),
-                   "loop": LoopConfig(candidates_per_round=9, generator_source="model", synthesis_routes=["capability"],
-                                         first_operation_probes=0)},
+                   "loop": LoopConfig(candidates_per_round=9, generator_source="model", synthesis_routes=["capability"])},
     )
     assert result.success
     warehouse = DuckDBWarehouse()

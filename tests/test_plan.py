@@ -51,40 +51,6 @@ def test_first_plan_starts_at_the_lowest_level_with_the_whole_budget():
         first_plan(CAPS, 36, MAX_LEVEL + 1)
 
 
-def test_first_plan_probes_each_warmup_operation_on_top_of_the_start():
-    """Above the warm-up level, round 1 adds one candidate per probe, each on
-    its own capability with its one operation, and leaves the start's own
-    candidates as they were; at the warm-up level it adds none."""
-    plan = first_plan(CAPS, 36, MIN_LEVEL + 1, operation_probes=2)
-    start = [e for e in plan if e.difficulty == MIN_LEVEL + 1]
-    assert start == first_plan(CAPS, 36, MIN_LEVEL + 1)
-    probes = [e for e in plan if e.difficulty == MIN_LEVEL]
-    assert sorted(e.capability_id for e in probes) == CAPS and {e.candidates for e in probes} == {1}
-    operations = [next(op for op, share in e.operation_weights.items() if share == 1.0) for e in probes]
-    assert sorted(operations) == sorted(["append_word", "count_characters", "copy_file"] * 2)
-    assert all(sorted(e.operation_weights.values()) == [0.0, 0.0, 1.0] for e in probes)
-    assert first_plan(CAPS, 36, MIN_LEVEL, operation_probes=2) == first_plan(CAPS, 36, MIN_LEVEL)
-    # One probe a capability: six capabilities hold six of the nine asked for.
-    crowded = [e for e in first_plan(CAPS, 36, MIN_LEVEL + 1, operation_probes=3) if e.difficulty == MIN_LEVEL]
-    assert sorted(e.capability_id for e in crowded) == CAPS
-
-
-def test_round_1s_operation_probes_let_round_2_hold_back_an_operation():
-    """What the probes are for: a round-2 plan that moves capabilities down to
-    the warm-up level holds back the operation round 1's probes measured
-    clearly below the band, and draws them evenly without the probes."""
-    rung = MIN_LEVEL + 1
-    evidence = {(c, rung): cell(1, 40, 1, 5) for c in CAPS}  # clearly too hard: every capability moves down
-    probed = {(MIN_LEVEL, "copy_file"): cell(0, 32), (MIN_LEVEL, "append_word"): cell(12, 32),
-              (MIN_LEVEL, "count_characters"): cell(10, 32)}
-    levels = {c: rung for c in CAPS}
-    plan = next_plan(CAPS, levels, evidence, {}, 36, PAPER, operation_evidence=probed)
-    assert {e.difficulty for e in plan} == {MIN_LEVEL}
-    assert all(e.operation_weights["copy_file"] == PAPER.min_operation_share for e in plan)
-    unprobed = next_plan(CAPS, levels, evidence, {}, 36, PAPER, operation_evidence={})
-    assert all(e.operation_weights is None for e in unprobed)
-
-
 def test_wilson_interval_matches_the_textbook_value():
     lo, hi = wilson_interval(8, 10)
     assert (round(lo, 3), round(hi, 3)) == (0.49, 0.943)

@@ -196,36 +196,6 @@ def test_a_probe_of_one_candidate_asks_another_level_0_variant_each_round(clawlo
     assert rung[1] == list(range(1000, 1005)) and rung[2] == list(range(2001, 2006))
 
 
-def test_round_1s_operation_probes_reach_the_generators(clawloop_home):
-    """Round 1's plan, as the synthesis_plan asset stores it, gives each
-    probe's generator its one operation at share 1 (the draw above then
-    always makes it), each probe on its own capability, beside the rung's
-    candidates as many as the round has."""
-    import dagster as dg
-
-    from clawloop_assets.definitions import round_assets
-    from clawloop_assets.loop_config import LoopConfig
-    from clawloop_assets.synthesis.candidates import candidate_assignments
-    from resources.embedded_policy import EmbeddedPolicyModel
-    from resources.training_launcher import SubprocessTrainingLauncher
-    from resources.warehouse import DuckDBWarehouse
-
-    loop = LoopConfig()
-    instance = dg.DagsterInstance.ephemeral()
-    instance.add_dynamic_partitions("rounds", ["round-0001"])
-    assert dg.materialize(round_assets, partition_key="round-0001", instance=instance,
-                          selection=dg.AssetSelection.assets("synthesis_plan").upstream(),
-                          resources={"warehouse": DuckDBWarehouse(), "loop": loop, "sandbox": BubblewrapSandbox(),
-                                     "policy": EmbeddedPolicyModel(),
-                                     "training_launcher": SubprocessTrainingLauncher()}).success
-    assignments = candidate_assignments(DuckDBWarehouse(), "round-0001")
-    assert sum(spec.difficulty == SHOWN_COMMAND_LEVEL for spec, _ in assignments) == loop.candidates_per_round
-    probes = [spec for spec, _ in assignments if spec.difficulty == MIN_LEVEL]
-    asked = [next(op for op, share in spec.params["operation_weights"].items() if share == 1.0) for spec in probes]
-    assert sorted(asked) == sorted(WARMUP_OPERATIONS[MIN_LEVEL] * loop.first_operation_probes)
-    assert len({spec.capability for spec in probes}) == len(probes)
-
-
 def test_a_level_0_tasks_variant_is_its_seeds(sandbox, tmp_path):
     """What the rotation above relies on: the seed alone picks the variant
     (file reorganization's variant 1 deletes the .tmp files, variant 0

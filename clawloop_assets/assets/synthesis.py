@@ -102,8 +102,7 @@ def plan_round(warehouse: Warehouse, key: str, capabilities: list[str], loop: Lo
     the levels saw ({} in round 1). benchmarks/plan_ablation.py replays a
     run's plans through it."""
     if previous_round(key) is None:
-        return first_plan(capabilities, loop.candidates_per_round, loop.first_level,
-                          loop.first_operation_probes), rollout_temperature_row(warehouse, key, loop)[0], {}
+        return first_plan(capabilities, loop.candidates_per_round, loop.first_level), rollout_temperature_row(warehouse, key, loop)[0], {}
     # The controller's inputs first: a missing upstream is named by what the plan reads.
     levels, evidence, failure_share, drift, failure_causes = controller_inputs(
         warehouse, key, loop.controller_recency, loop.at_round_temperature)

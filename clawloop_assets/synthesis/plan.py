@@ -1,8 +1,6 @@
 """The synthesis plan: which capabilities, at which difficulty, how many
-candidates. Round 1 starts every capability at one level
-(`loop.first_level`), with a few probes of the warm-up level's operations
-(`loop.first_operation_probes`). From round 2 on a closed-loop controller
-plans from the evidence of every round so far.
+candidates. Round 1 starts every capability at one level (`loop.first_level`). From round 2 on a
+closed-loop controller plans from the evidence of every round so far.
 
 Why closed-loop: the paper grew difficulty open-loop and overshot; its
 admission rate went 65.6% -> 45.8% -> 55.4%, so a third to a half of a round's
@@ -242,37 +240,14 @@ class Controller:
             raise ValueError(f"temperature_range must be (low, high) with 0 < low <= high, got {self.temperature_range}")
 
 
-def first_plan(capabilities: Sequence[str], candidates_per_round: int, level: int,
-               operation_probes: int = 0) -> list[PlanEntry]:
-    """Round 1 has no evidence: every capability gets an even share at
-    `level`. Above the warm-up level, `operation_probes` more candidates
-    probe each of its operations, each probe one capability's (the
-    capabilities in turn, as many as there are): round 2 moves the
-    capabilities the start finds too hard down to the warm-up level, and
-    without the probes its operation mix has no evidence to hold back an
-    operation the policy cannot do
-    (docs/experiments/2026-12-05-round-1-probes-the-operations.md). They
-    come on top of the round's candidates, so the start's own evidence is
-    what it was without them."""
+def first_plan(capabilities: Sequence[str], candidates_per_round: int, level: int) -> list[PlanEntry]:
+    """Round 1 has no evidence: every capability gets an even share at `level`."""
     if not MIN_LEVEL <= level <= MAX_LEVEL:
         raise ValueError(f"the first plan's level must be in [{MIN_LEVEL}, {MAX_LEVEL}], got {level}")
-    if operation_probes < 0:
-        raise ValueError(f"operation_probes must be >= 0, got {operation_probes}")
     weight = 1.0 / len(capabilities)
     counts = _apportion(candidates_per_round, {c: weight for c in capabilities}, 0.0)
-    plan = [PlanEntry(c, level, weight, counts[c], f"round 1: every capability starts at level {level}")
+    return [PlanEntry(c, level, weight, counts[c], f"round 1: every capability starts at level {level}")
             for c in capabilities]
-    for warmup, operations in WARMUP_OPERATIONS.items():
-        if level <= warmup or not operation_probes:
-            continue
-        # One probe a capability (two entries of one capability at one level
-        # would be one generator), so a round of few capabilities probes
-        # each operation fewer times.
-        wanted = [operation for _ in range(operation_probes) for operation in operations]
-        plan += [PlanEntry(capability, warmup, 0.0, 1, f"round 1: probes level {warmup}'s {operation}",
-                           operation_weights={op: float(op == operation) for op in operations})
-                 for capability, operation in zip(capabilities, wanted)]
-    return plan
 
 
 @dataclass(frozen=True)
