@@ -85,14 +85,16 @@ def test_levels_move_only_on_clear_evidence_and_by_one():
     assert decide_level(MIN_LEVEL, {MIN_LEVEL: cell(0, 64, 0, 8)}, PAPER).levels == {MIN_LEVEL: 1.0}  # the bottom
     assert decide_level(0, {0: cell(0, 64, 0, 8)}, PAPER).levels == {-1: 1.0}  # level 0 has warm-ups below it
     # A level above measured clearly below the band is a cliff: not climbed (round 3 of a run climbed
-    # schedule_checking onto a rung where its 16 rollouts had passed none); with too little evidence there
-    # (it fades with recency) the climb is tried again, hedged.
-    cliff = decide_level(-2, {-2: cell(30, 40, 3, 5), -1: cell(0, 16, 0, 2)}, PAPER)
-    assert cliff.levels == {-2: 1.0} and "level -1 measured clearly below" in cliff.reason
-    # The drift expected where the policy is does not lift the level above's evidence (0 of 16 shifted by a
-    # round's +1.07 logits would read up to 41%, and the climb went ahead onto a level that then passed 0 of 32).
-    assert decide_level(-2, {-2: cell(18, 40, 3, 5), -1: cell(0, 16, 0, 2)}, PAPER, drift=1.07).levels == {-2: 1.0}
+    # schedule_checking onto a rung where its rollouts passed none); with too little evidence there (it fades
+    # with recency) the climb is tried again, hedged.
+    cliff = decide_level(-2, {-2: cell(30, 40, 3, 5), -1: cell(0, 32, 0, 4)}, PAPER)
+    assert cliff.levels == {-2: 1.0} and "level -1 measured clearly below the band" in cliff.reason
+    # The drift expected where the policy is does not lift the level above's evidence (0 of 32 shifted by a
+    # round's +1.07 logits would read up to 26%, and the climb went ahead onto a level that then passed 0 of 32).
+    assert decide_level(-2, {-2: cell(18, 40, 3, 5), -1: cell(0, 32, 0, 4)}, PAPER, drift=1.07).levels == {-2: 1.0}
     assert decide_level(-2, {-2: cell(30, 40, 3, 5), -1: cell(0, 8, 0, 1)}, PAPER).levels == {-2: 0.5, -1: 0.5}
+    # 0 of 16 (95% CI up to 19%) is not clearly below the band's 12.5%: hedged, not a cliff.
+    assert decide_level(-2, {-2: cell(30, 40, 3, 5), -1: cell(0, 16, 0, 2)}, PAPER).levels == {-2: 0.5, -1: 0.5}
     assert decide_level(-2, {-2: cell(30, 40, 3, 5), -1: cell(5, 16, 2, 2)}, PAPER).levels == {-1: 1.0}
     # A neighbour whose admission rate is clearly better wins outright.
     better = decide_level(2, {2: cell(1, 64, 0, 8), 1: cell(20, 64, 7, 8)}, PAPER)
@@ -108,11 +110,15 @@ def test_the_rung_in_the_bands_upper_half_probes_level_0_and_stops_at_its_cliff(
     upper_half = cell(20, 40, 4, 5)
     probe = decide_level(-1, {-2: cell(30, 40, 2, 5), -1: upper_half}, PAPER)
     assert probe.levels == {-1: 0.8, 0: 0.2} and "20% probe level 0 (level 0 0 rollouts so far)" in probe.reason
-    # Level 0 pooled over the capabilities below it, 0 of 24: a cliff (95% CI up to 14%).
-    cliff = decide_level(-1, {-1: upper_half, 0: cell(0, 8, 0, 1)}, PAPER, pooled={0: cell(0, 24, 0, 3)})
+    # Level 0 pooled over the capabilities below it, 0 of 40: a cliff (95% CI up to 9%).
+    cliff = decide_level(-1, {-1: upper_half, 0: cell(0, 8, 0, 1)}, PAPER, pooled={0: cell(0, 40, 0, 5)})
     assert cliff.levels == {-1: 1.0} and "level 0's pooled pass rate 0%" in cliff.reason
-    # Faded to 12 rollouts (one round older at recency 0.5): too few to call a cliff, probed again.
-    assert decide_level(-1, {-1: upper_half}, PAPER, pooled={0: cell(0, 12, 0, 1.5)}).levels == {-1: 0.8, 0: 0.2}
+    # Faded to 20 rollouts (one round older at recency 0.5): its interval reaches into the band, probed again.
+    assert decide_level(-1, {-1: upper_half}, PAPER, pooled={0: cell(0, 20, 0, 2.5)}).levels == {-1: 0.8, 0: 0.2}
+    # Pooled 5 of 45 (11%, 95% CI 5%-24%), its tasks each passing about 1 of 8 and admitted: below the inner
+    # band but not clearly below the band, so probed again (read as a cliff, it held a run's level-0 climb
+    # back a round after that round had admitted 3 of its 4 level-0 probes).
+    assert decide_level(-1, {-1: upper_half}, PAPER, pooled={0: cell(5, 45, 3, 5)}).levels == {-1: 0.8, 0: 0.2}
     # Level 0's own evidence in the band: the capability moves there.
     assert decide_level(-1, {-1: upper_half, 0: cell(5, 16, 1, 2)}, PAPER).levels == {0: 1.0}
     # The rung in the band's lower half: kept whole.
@@ -130,10 +136,10 @@ def test_a_warm_up_level_in_the_bands_upper_half_probes_the_rung_and_climbs_on_i
     # The rung measured in the band (6 of 16: 95% CI 18%-61%): the whole capability moves up.
     climb = decide_level(-2, {-2: upper_half, -1: cell(6, 16, 1, 2)}, PAPER)
     assert climb.levels == {-1: 1.0} and "level -1's own pass rate 38% (95% CI 18%-61%) is in the band" in climb.reason
-    # Not clearly in the band (3 of 16: 95% CI 7%-43%): probed again; clearly below it (0 of 16): a cliff, not probed.
+    # Not clearly in the band (3 of 16: 95% CI 7%-43%): probed again; clearly below it (0 of 32): a cliff, not probed.
     assert decide_level(-2, {-2: upper_half, -1: cell(3, 16, 1, 2)}, PAPER).levels == {-2: 0.8, -1: 0.2}
-    cliff = decide_level(-2, {-2: upper_half, -1: cell(0, 16, 0, 2)}, PAPER)
-    assert cliff.levels == {-2: 1.0} and "is clearly below 25%" in cliff.reason
+    cliff = decide_level(-2, {-2: upper_half, -1: cell(0, 32, 0, 4)}, PAPER)
+    assert cliff.levels == {-2: 1.0} and "is clearly below the band" in cliff.reason
     # In the lower half, at a level that shows no command, or with the probe off: kept whole.
     assert decide_level(-2, {-2: cell(12, 40, 3, 5)}, PAPER).levels == {-2: 1.0}
     assert decide_level(0, {0: upper_half}, PAPER).levels == {0: 1.0}
@@ -153,17 +159,17 @@ def test_a_capability_with_too_little_rung_evidence_of_its_own_reads_the_rung_po
     climb = decide_level(-2, {-2: upper_half, -1: own_probe}, PAPER, pooled={-1: cell(30, 96, 8, 12)})
     assert climb.levels == {-2: 0.5, -1: 0.5}
     assert "level -1's pooled pass rate 31% (95% CI 23%-41%) is in the band" in climb.reason
-    # Pooled 6 of 96 (95% CI up to 13%): a cliff for every capability that has not measured otherwise.
-    cliff = decide_level(-2, {-2: upper_half, -1: own_probe}, PAPER, pooled={-1: cell(6, 96, 3, 12)})
-    assert cliff.levels == {-2: 1.0} and "level -1's pooled pass rate 6%" in cliff.reason
+    # Pooled 4 of 96 (95% CI up to 10%): a cliff for every capability that has not measured otherwise.
+    cliff = decide_level(-2, {-2: upper_half, -1: own_probe}, PAPER, pooled={-1: cell(4, 96, 2, 12)})
+    assert cliff.levels == {-2: 1.0} and "level -1's pooled pass rate 4%" in cliff.reason
     # The same cliff stops a move up that the level's own pass rate asks for.
     above_band = cell(38, 40, 0, 5)
-    blocked = decide_level(-2, {-2: above_band}, PAPER, pooled={-1: cell(6, 96, 3, 12)})
-    assert blocked.levels == {-2: 1.0} and "(pooled pass rate 6%, 95% CI up to 13%)" in blocked.reason
+    blocked = decide_level(-2, {-2: above_band}, PAPER, pooled={-1: cell(4, 96, 2, 12)})
+    assert blocked.levels == {-2: 1.0} and "(pooled pass rate 4%, 95% CI up to 10%)" in blocked.reason
     # Its own evidence, once enough, outranks the pool either way.
     assert decide_level(-2, {-2: upper_half, -1: cell(7, 16, 2, 2)}, PAPER,
-                        pooled={-1: cell(6, 96, 3, 12)}).levels == {-1: 1.0}
-    assert decide_level(-2, {-2: upper_half, -1: cell(0, 16, 0, 2)}, PAPER,
+                        pooled={-1: cell(4, 96, 2, 12)}).levels == {-1: 1.0}
+    assert decide_level(-2, {-2: upper_half, -1: cell(0, 32, 0, 4)}, PAPER,
                         pooled={-1: cell(30, 96, 8, 12)}).levels == {-2: 1.0}
     # Between the two (pooled 17 of 96: 95% CI 11%-27%): probed again.
     assert decide_level(-2, {-2: upper_half, -1: own_probe}, PAPER,

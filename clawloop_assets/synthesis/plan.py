@@ -14,8 +14,9 @@ budget taught nothing. The controller here:
   two rounds, or once the temperature is the controller's, by the held-out
   gain less the next temperature's cost; or a neighbouring level whose
   admission rate is clearly better), and hedges a move up to an untried
-  level: half the capability's candidates stay where they were, so a level
-  that turns out too hard cannot sink the round
+  level, or to one measured below the inner band: half the capability's
+  candidates stay where they were, so a level that turns out too hard
+  cannot sink the round
   (docs/experiments/2026-12-04-four-rules-replayed.md); and never climbs to a
   level whose own evidence is clearly below the band (until it fades);
 - splits the candidates to reach a target admission rate with the most even
@@ -354,9 +355,8 @@ def _climb_or_probe(current: int, evidence: Mapping[int, CellEvidence], here: Ce
             return _move(current, above, evidence, here, f"{measured} is in the band; level {current}'s {described}",
                          controller, pooled)
         if _cliff_upper_bound(there, controller) is not None:
-            inner_low, _ = _inner_band(controller)
             return LevelDecision({current: 1.0}, here.admission_rate,
-                                 f"level {current} kept: {described}; {measured} is clearly below {inner_low:.0%}")
+                                 f"level {current} kept: {described}; {measured} is clearly below the band")
     else:
         measured = f"level {above} {there.rollouts:.0f} rollouts so far"
     share = controller.rung_probe_share
@@ -385,12 +385,22 @@ def _rung_evidence(own: CellEvidence | None, pooled: CellEvidence | None,
 
 def _cliff_upper_bound(cell: CellEvidence | None, controller: Controller) -> float | None:
     """The upper end of a level's own 95% interval when that level is
-    measured clearly below the inner band (a cliff: neither climbed nor
-    probed until its evidence fades), else None."""
+    measured clearly below the band (a cliff: neither climbed nor probed
+    until its evidence fades), else None. The band's edge, not the inner
+    band's: a task that passes 1 of 8 is admitted, and a level read
+    against the inner band stopped the probes of one whose last probes
+    were admitted 3 of 4; a move onto a level below the inner band but
+    short of a cliff is hedged instead (_move)
+    (docs/experiments/2026-12-05-the-cliff-at-the-bands-edge.md)."""
+    upper = _measured_upper_bound(cell, controller)
+    return upper if upper is not None and upper < controller.band[0] else None
+
+
+def _measured_upper_bound(cell: CellEvidence | None, controller: Controller) -> float | None:
+    """The upper end of a level's 95% interval, None below `min_rollouts`."""
     if cell is None or cell.rollouts < controller.min_rollouts:
         return None
-    upper = wilson_interval(cell.passes, cell.rollouts, controller.z)[1]
-    return upper if upper < _inner_band(controller)[0] else None
+    return wilson_interval(cell.passes, cell.rollouts, controller.z)[1]
 
 
 def _inner_band(controller: Controller) -> tuple[float, float]:
@@ -507,19 +517,21 @@ def _move(current: int, target: int, evidence: Mapping[int, CellEvidence], here:
     measured, whose = _rung_evidence(there, pooled.get(target), controller)
     cliff = _cliff_upper_bound(measured, controller) if target > current else None
     if cliff is not None:
-        inner_low, _ = _inner_band(controller)
         return LevelDecision({current: 1.0}, here.admission_rate,
-                             f"level {current} kept: {why}, but level {target} measured clearly below "
-                             f"{inner_low:.0%} ({whose} pass rate {measured.pass_rate:.0%}, 95% CI up to {cliff:.0%})")
-    if target < current or (there is not None and there.candidates >= 2):
+                             f"level {current} kept: {why}, but level {target} measured clearly below the band "
+                             f"({whose} pass rate {measured.pass_rate:.0%}, 95% CI up to {cliff:.0%})")
+    upper = _measured_upper_bound(measured, controller)
+    below_inner_band = upper is not None and upper < _inner_band(controller)[0]
+    if target < current or (there is not None and there.candidates >= 2 and not below_inner_band):
         return LevelDecision({target: 1.0}, (there or CellEvidence()).admission_rate,
                              f"level {current} -> {target}: {why}")
-    # Up to an untried level, the overshoot the paper suffered: half the
-    # candidates stay where the policy is known. (Down from a level that is
-    # clearly too hard risks nothing.)
+    # Up to an untried level, the overshoot the paper suffered, or to one
+    # measured below the inner band (short of a cliff): half the candidates
+    # stay where the policy is known. (Down from a level that is clearly
+    # too hard risks nothing.)
     return LevelDecision({current: 0.5, target: 0.5}, here.admission_rate / 2 + 0.25,
                          f"level {current} -> {target} for half: {why}; the other half stays at {current} "
-                         f"until {target} is measured")
+                         f"until {target} is measured in the band")
 
 
 def next_plan(
