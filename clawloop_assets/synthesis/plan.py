@@ -24,7 +24,7 @@ budget taught nothing. The controller here:
   them, so it cannot buy its admission rate by collapsing the pool;
 - at a warm-up level, holds back an operation (copy a file, count
   characters, ...) whose pass rate, pooled over capabilities, is clearly
-  below the band by the same test: it keeps `min_operation_share` of the
+  below the inner band by the same test: it keeps `min_operation_share` of the
   level's candidates, so it stays measured and trained on, and the others
   share the rest evenly. It never favours an operation: one admitted most
   this round is the one that grows too easy by the next. There is no level
@@ -205,7 +205,7 @@ class Controller:
     # (docs/round.md, "Synthesis").
     min_rollouts: float = 16.0
     z: float = 1.96
-    # A warm-up operation held back (clearly below the band) keeps this share of its level's candidates
+    # A warm-up operation held back (clearly below the inner band) keeps this share of its level's candidates
     # (docs/experiments/2026-12-01-operation-holdback-and-0.95.md).
     min_operation_share: float = 0.1
     # The rollout temperature (choose_temperature): logits of pass rate lost
