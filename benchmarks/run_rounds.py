@@ -1,6 +1,5 @@
 """A run's rounds in one table, as issue 26's studies report them: the
-admission rate, the warm-up temperature and the rung's (0.70, the fixed
-one, in runs before the rung had its own), the plan's candidates by level,
+admission rate, the warm-up temperature, the plan's candidates by level,
 the capabilities planned at level 0 or above and those at the rung (-1)
 with all or part of their candidates, the validation pass counts of
 the rung (-1) and of level 0 and up, the held-out split before and after
@@ -27,10 +26,8 @@ import duckdb
 
 from benchmarks import warehouse_copy
 
-COLUMNS = ("round", "wall", "admitted / candidates", "T at -2", "T at -1", "candidates by level", "caps at >= 0",
+COLUMNS = ("round", "wall", "admitted / candidates", "T at -2", "candidates by level", "caps at >= 0",
            "caps at -1: whole, part", "validation -1", "validation >= 0", "E_k before -> after", "eval -2", "eval -1", "eval 0", "eval 1")
-# What the rung sampled at in a round planned before it had its own temperature (LoopConfig.temperature).
-FIXED_TEMPERATURE = 0.7
 _FINISHED = re.compile(r"== (round-\d+) finished in (.+?) ==")
 
 
@@ -92,7 +89,7 @@ def table(home: Path, log: Path | None = None) -> str:
         rows.append("| " + " | ".join((
             key.removeprefix("round-").lstrip("0"), walls.get(key, "?"),
             f"{summary['admitted']} / {summary['candidates']} ({_percent(summary['admission_rate'])}%)",
-            f"{summary['rollout_temperature']:.2f}", f"{summary.get('rung_temperature') or FIXED_TEMPERATURE:.2f}",
+            f"{summary['rollout_temperature']:.2f}",
             ", ".join(f"{level}: {count}" for level, count in sorted(planned.get(key, {}).items())),
             str(climbed.get(key, 0)), "%d, %d" % on_rung.get(key, (0, 0)),
             "%d/%d" % counts[-1] if -1 in counts else "-",

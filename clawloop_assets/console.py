@@ -122,8 +122,7 @@ def round_screen(summary: dict, round_dir: Path) -> str:
         f"== {summary['round']} finished in {_duration(summary.get('seconds', {}).get('total', 0.0))} ==",
         f"candidates   {summary['candidates']}, {summary['agent_free_passed']} passed agent-free validation, "
         f"{summary['admitted']} admitted ({rate(summary['admission_rate'])}) at temperature "
-        f"{summary.get('rollout_temperature')}"
-        + (f" (the rung at {summary['rung_temperature']})" if summary.get("rung_temperature") is not None else ""),
+        f"{summary.get('rollout_temperature')}",
         f"training     SFT on {summary['sft_examples']} trajectories, GRPO on {summary['grpo_groups']} groups; "
         f"held-out pass rate {rate(summary['heldout_pass_rate_before'])} -> {rate(summary['heldout_pass_rate_after'])}",
     ]

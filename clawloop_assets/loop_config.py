@@ -95,19 +95,10 @@ class LoopConfig(dg.ConfigurableResource):
                     "(plan.choose_temperature).")
     round_temperature_levels: Literal["warmup", "all"] = Field(
         default="warmup",
-        description="Which levels a round's temperature serves: 'warmup' (the warm-up level; the rung at its own, "
-                    "rung_temperature, level 0 and up at `temperature`, where the evaluation measures them) or 'all' "
-                    "(every level). A "
+        description="Which levels a round's temperature serves: 'warmup' (the warm-up level; level -1 and up "
+                    "sample at `temperature`, where the evaluation measures them) or 'all' (every level). A "
                     "temperature raised to spread the warm-up level's groups cost the levels above it most of "
                     "their pass rate (docs/experiments/2026-12-03-temperature-per-level.md).")
-    rung_temperature: bool = Field(
-        default=True,
-        description="The rung (level -1) samples at a temperature of its own: `temperature` while "
-                    "round_temperatures lasts, then (with controlled_temperature) the controller's, chosen from the "
-                    "rung's rollouts as the round's is from the warm-up level's. A rung the policy has learnt passes "
-                    "most of its tasks 6 of 8 times or more at `temperature`, and admits few of them. Its climb still "
-                    "reads its pass rate as at `temperature`. False: the rung samples at `temperature`; not with "
-                    "round_temperature_levels 'all' (docs/experiments/2026-12-05-the-rungs-own-temperature.md).")
 
     # --- training --------------------------------------------------------------------------------------------
     training_mode: Literal["sft_then_grpo", "grpo_only", "sft_only"] = Field(
@@ -225,9 +216,6 @@ class LoopConfig(dg.ConfigurableResource):
         if not self.round_temperatures or not all(0 < t <= MAX_TEMPERATURE for t in self.round_temperatures):
             raise ValueError(f"round_temperatures must be a non-empty list of temperatures in (0, {MAX_TEMPERATURE:g}], "
                              f"got {self.round_temperatures}")
-        if self.rung_temperature and self.round_temperature_levels == "all":
-            raise ValueError("rung_temperature gives the rung a temperature of its own, and round_temperature_levels "
-                             "'all' samples it at the round's: set rung_temperature to false with 'all'")
         if self.evaluation_samples < 1:
             raise ValueError(f"evaluation_samples must be at least 1, got {self.evaluation_samples}")
         self.evaluation_set()  # raises naming the bad capability, level or seed count
@@ -245,38 +233,22 @@ class LoopConfig(dg.ConfigurableResource):
             min_scored=max(1, (3 * self.rollouts_per_task + 3) // 4),
         )
 
-    def agent_settings(self, round_temperature: float | None = None,
-                       rung_temperature: float | None = None) -> AgentSettings:
+    def agent_settings(self, round_temperature: float | None = None) -> AgentSettings:
         """How the agent samples: the levels a round's temperature serves at
         `round_temperature` (see round_state.rollout_temperature and
-        `round_temperature_levels`), the rung at `rung_temperature` when it
-        has its own (`rung_temperature`), the rest, and everything without
-        one, at the fixed `temperature`."""
+        `round_temperature_levels`), the rest, and everything without one, at
+        the fixed `temperature`."""
         settings = AgentSettings(max_turns=self.max_turns, max_new_tokens=self.max_new_tokens,
                                  harness_workers=self.harness_workers, temperature=self.temperature)
-        if round_temperature is not None and self.round_temperature_levels == "all":
+        if round_temperature is None:
+            return settings
+        if self.round_temperature_levels == "all":
             return replace(settings, temperature=round_temperature)
-        levels = {}
-        if round_temperature is not None:
-            levels.update({level: round_temperature for level in WARMUP_LEVELS})
-        if rung_temperature is not None and self.rung_temperature:
-            levels[SHOWN_COMMAND_LEVEL] = rung_temperature
-        return replace(settings, level_temperatures=levels)
-
-    def temperature_group(self, level: int) -> str:
-        """Which temperature `level` samples at: "round" (the round's:
-        `round_temperature_levels`), "rung" (the rung's own:
-        `rung_temperature`) or "fixed" (`temperature`). A level's pass rates
-        compare across rounds only within its group."""
-        if self.round_temperature_levels == "all" or level in WARMUP_LEVELS:
-            return "round"
-        if self.rung_temperature and level == SHOWN_COMMAND_LEVEL:
-            return "rung"
-        return "fixed"
+        return replace(settings, level_temperatures={level: round_temperature for level in WARMUP_LEVELS})
 
     def at_round_temperature(self, level: int) -> bool:
         """Whether `level` samples at its round's temperature (`round_temperature_levels`)."""
-        return self.temperature_group(level) == "round"
+        return self.round_temperature_levels == "all" or level in WARMUP_LEVELS
 
     def scheduled_temperature(self, round_key: str) -> float | None:
         """`round_key`'s rollout temperature from the schedule; None when the

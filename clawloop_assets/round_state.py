@@ -63,32 +63,17 @@ def round_policy(warehouse: Warehouse, round_key: str, kind: str) -> PolicyRef:
     return PolicyRef(path, rows["checkpoint_id"][0], previous_round(round_key))
 
 
-def temperature_rows(warehouse: Warehouse, round_key: str, serves: str) -> pl.DataFrame:
-    """`round_key`'s rollout_temperatures rows serving `serves` ("round" or
-    "rung"; a row written before the rung had its own serves the round)."""
-    rows = warehouse.read("rollout_temperatures", {"round": round_key})
-    return rows.filter(pl.col("serves").fill_null("round") == serves)
-
-
 def rollout_temperature(warehouse: Warehouse, round_key: str, scheduled: float | None) -> float:
     """What `round_key`'s rollouts sample at: what its synthesis_plan decided
     (the rollout_temperatures table), or, for a round planned before that
     table existed, its `scheduled` one (LoopConfig.scheduled_temperature)."""
-    rows = temperature_rows(warehouse, round_key, "round")
+    rows = warehouse.read("rollout_temperatures", {"round": round_key})
     if not rows.is_empty():
         return float(rows["temperature"][0])
     if scheduled is None:
         raise MissingUpstreamError(f"{round_key} has no rollout temperature (the controller chooses it after the "
                                    f"schedule): materialize synthesis_plan for {round_key} first")
     return scheduled
-
-
-def rung_temperature(warehouse: Warehouse, round_key: str) -> float | None:
-    """What `round_key`'s rung samples at when it has a temperature of its own
-    (LoopConfig.rung_temperature), else None: a round planned before the rung
-    had one sampled it at the fixed temperature."""
-    rows = temperature_rows(warehouse, round_key, "rung")
-    return None if rows.is_empty() else float(rows["temperature"][0])
 
 
 def load_bundles(warehouse: Warehouse, round_key: str, task_ids: list[str]) -> list[TaskBundle]:

@@ -104,11 +104,9 @@ class SynthesisPlans(_RoundTable):
 
 
 class RolloutTemperatures(_RoundTable):
-    """The temperatures a round's rollouts sample at (validation, the T_k reruns,
+    """The temperature a round's rollouts sample at (validation, the T_k reruns,
     the held-out split), decided with its synthesis plan: from the schedule
-    (LoopConfig.round_temperatures) or by the controller (plan.choose_temperature).
-    One row for the round's temperature and, when the rung has its own
-    (LoopConfig.rung_temperature), one for the rung's."""
+    (LoopConfig.round_temperatures) or by the controller (plan.choose_temperature)."""
 
     temperature: float = pa.Field(gt=0)
     source: str = pa.Field(isin=["schedule", "controller"])
@@ -117,9 +115,6 @@ class RolloutTemperatures(_RoundTable):
     # What the levels shift last round's pass rates by (logits; TemperatureDecision.pass_rate_shift); null: estimate_drift.
     pass_rate_shift: Optional[float] = pa.Field(nullable=True)
     reason: str
-    # Which levels the row serves: "round" (LoopConfig.round_temperature_levels)
-    # or "rung"; null in rows written before the rung had its own: "round".
-    serves: Optional[str] = pa.Field(nullable=True, isin=["round", "rung"])
 
 
 class Generators(_RoundTable):

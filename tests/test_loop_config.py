@@ -11,22 +11,14 @@ def test_each_round_of_the_schedule_samples_at_its_entry_then_the_controller_cho
     # Without the controller, the last entry repeats.
     fixed = LoopConfig(round_temperatures=[0.7, 0.85, 0.9], controlled_temperature=False)
     assert [fixed.scheduled_temperature(f"round-{n:04d}") for n in (1, 3, 4, 12)] == [0.7, 0.9, 0.9, 0.9]
-    # A round's temperature serves the warm-up level, the rung has its own, level 0 and up sample at the fixed one.
-    settings = loop.agent_settings(0.85, 1.05)
-    assert [settings.temperature_for(level) for level in (-2, -1, 0, 3)] == [0.85, 1.05, 0.7, 0.7]
-    assert [loop.temperature_group(level) for level in (-2, -1, 0, 3)] == ["round", "rung", "fixed", "fixed"]
+    # A round's temperature serves the warm-up level; level -1 and up sample at the fixed one.
+    settings = loop.agent_settings(0.85)
+    assert [settings.temperature_for(level) for level in (-2, -1, 0, 3)] == [0.85, 0.7, 0.7, 0.7]
     assert [loop.at_round_temperature(level) for level in (-2, -1, 0)] == [True, False, False]
-    # A round planned before the rung had its own: the rung at the fixed one.
-    assert loop.agent_settings(0.85).temperature_for(-1) == 0.7
-    # The ablations: the rung at the fixed temperature; every level at the round's.
-    without = LoopConfig(rung_temperature=False)
-    assert [without.agent_settings(0.85, 1.05).temperature_for(level) for level in (-2, -1, 0)] == [0.85, 0.7, 0.7]
-    assert [without.temperature_group(level) for level in (-2, -1, 0)] == ["round", "fixed", "fixed"]
-    every = LoopConfig(round_temperature_levels="all", rung_temperature=False)
+    # The ablation: every level at the round's temperature.
+    every = LoopConfig(round_temperature_levels="all")
     assert [every.agent_settings(0.85).temperature_for(level) for level in (-2, -1, 0)] == [0.85] * 3
     assert every.at_round_temperature(0)
-    with pytest.raises(ValueError, match="set rung_temperature to false with 'all'"):
-        LoopConfig(round_temperature_levels="all")
     # Without a round's temperature: the fixed one of the evaluation set and transfer runs, at every level.
     fixed = LoopConfig(temperature=0.6).agent_settings()
     assert [fixed.temperature_for(level) for level in (-2, -1, 0)] == [0.6] * 3
@@ -44,7 +36,7 @@ def test_a_round_key_that_is_not_one_is_refused():
 
 
 def test_a_round_after_the_schedule_has_no_temperature_until_its_plan_chooses_one(clawloop_home):
-    from clawloop_assets.round_state import MissingUpstreamError, rollout_temperature, rung_temperature
+    from clawloop_assets.round_state import MissingUpstreamError, rollout_temperature
     from resources.warehouse import DuckDBWarehouse, table_frame
 
     warehouse, loop = DuckDBWarehouse(), LoopConfig()
@@ -56,12 +48,6 @@ def test_a_round_after_the_schedule_has_no_temperature_until_its_plan_chooses_on
            "pass_rate_shift": 0.4, "reason": "r"}
     warehouse.replace("rollout_temperatures", table_frame("rollout_temperatures", [row]), {"round": "round-0003"})
     assert rollout_temperature(warehouse, "round-0003", None) == 0.88
-    # The rung's own row (a round planned with rung_temperature) is not the round's.
-    assert rung_temperature(warehouse, "round-0003") is None
-    rung = {**row, "temperature": 1.1, "serves": "rung"}
-    warehouse.replace("rollout_temperatures", table_frame("rollout_temperatures", [rung, {**row, "serves": "round"}]),
-                      {"round": "round-0003"})
-    assert (rollout_temperature(warehouse, "round-0003", None), rung_temperature(warehouse, "round-0003")) == (0.88, 1.1)
 
 
 # --- every field checked when the resource is built ---------------------------------------------------------
@@ -84,7 +70,6 @@ BAD_VALUES = {
     "round_temperatures": [[], [0.7, 0], [3], 0.7],
     "controlled_temperature": [0],
     "round_temperature_levels": ["rung"],
-    "rung_temperature": ["yes", 1],
     "training_mode": ["sft"],
     "sft_in_words": ["yes", 1],
     "generator_source": ["gpt"],

@@ -369,7 +369,7 @@ def test_the_controller_aims_the_temperature_of_the_levels_it_serves_from_their_
     decision = controller_temperature(warehouse, "round-0002", loop.controller(), loop.at_round_temperature)
     assert decision.reason.startswith("0.95 -> ")
     assert "validation pass rate 50% at 0.95" in decision.reason and "held-out 50% -> 100%" in decision.reason
-    every = LoopConfig(round_temperature_levels="all", rung_temperature=False)
+    every = LoopConfig(round_temperature_levels="all")
     pooled = controller_temperature(warehouse, "round-0002", every.controller(), every.at_round_temperature)
     assert "validation pass rate 25%" in pooled.reason and "held-out 25% -> 50%" in pooled.reason
     # Served levels with no task last round (every capability climbed off them): the temperature stays.
@@ -386,43 +386,10 @@ def test_the_controller_aims_the_temperature_of_the_levels_it_serves_from_their_
         controller_temperature(warehouse, "round-0002", loop.controller(), loop.at_round_temperature)
 
 
-def test_the_rung_has_a_temperature_of_its_own_and_climbs_as_at_the_fixed_one(clawloop_home):
-    """Round 1: the rung at 0.7 passed 14 of 16 in every phase (too easy to
-    admit, no gain from training). Round 2's rung temperature rises from its
-    own rollouts (the round's is aimed from level -2's), and the rung's
-    levels read its pass rate as at 0.7: no shift, where the temperature's
-    rise alone would read it as lower."""
-    from clawloop_assets.assets.synthesis import rollout_temperature_rows
-    from resources.warehouse import DuckDBWarehouse
-
-    warehouse = DuckDBWarehouse()
-    _round_at_two_temperatures(warehouse, "round-0001", warmup_passes=8, rung_passes=14)
-    loop = LoopConfig(round_temperatures=[0.95])
-    rows, shifts = rollout_temperature_rows(warehouse, "round-0002", loop)
-    by = {row["serves"]: row for row in rows}
-    assert set(by) == {"round", "rung"} and by["rung"]["source"] == "controller"
-    assert by["round"]["reason"].startswith("0.95 -> ")
-    step = loop.controller().max_temperature_step
-    assert by["rung"]["reason"].startswith("0.70 -> ") and by["rung"]["temperature"] == pytest.approx(0.7 + step)
-    assert "validation pass rate 88% at 0.70" in by["rung"]["reason"]
-    assert "the rung's climb reads it as at 0.7 instead (+0.00 logits)" in by["rung"]["reason"]
-    assert shifts["rung"] == pytest.approx(0.0) == by["rung"]["pass_rate_shift"]
-    assert shifts["round"] == by["round"]["pass_rate_shift"] != 0.0
-    # While the schedule lasts the rung samples at the fixed temperature; without it, no rung row.
-    scheduled, none = rollout_temperature_rows(warehouse, "round-0001", loop)
-    assert [(r["serves"], r["temperature"], r["source"]) for r in scheduled] == [
-        ("round", 0.95, "schedule"), ("rung", 0.7, "schedule")] and none == {}
-    off = LoopConfig(round_temperatures=[0.95], rung_temperature=False)
-    rows, shifts = rollout_temperature_rows(warehouse, "round-0002", off)
-    assert [row["serves"] for row in rows] == ["round"] and set(shifts) == {"round"}
-
-
-def test_the_drift_of_each_temperatures_levels_is_measured_apart(clawloop_home):
+def test_the_drift_of_the_levels_at_the_rounds_temperature_is_measured_apart(clawloop_home):
     """Round 1 to 2: level -2 (the round's temperature) from 2 to 10 of 16
-    passes, the rung (its own) from 12 to 4, nothing above: each group's
-    levels see their own drift (level 0 and up none), with the rung at the
-    fixed temperature the levels above it see the rung's, and with every
-    level at the round's temperature the pooled one."""
+    passes, the rung (fixed) from 12 to 4: each group's levels see their own
+    drift, and with every level at the round's temperature the pooled one."""
     from clawloop_assets.synthesis.evidence import controller_inputs
     from clawloop_assets.synthesis.plan import CellEvidence, estimate_drift
     from resources.warehouse import DuckDBWarehouse
@@ -431,17 +398,13 @@ def test_the_drift_of_each_temperatures_levels_is_measured_apart(clawloop_home):
     _round_at_two_temperatures(warehouse, "round-0001", warmup_passes=2, rung_passes=12)
     _round_at_two_temperatures(warehouse, "round-0002", warmup_passes=10, rung_passes=4)
     loop = LoopConfig(controller_recency=1.0)
-    *_, drift, _ = controller_inputs(warehouse, "round-0003", 1.0, loop.temperature_group)
+    *_, drift, _ = controller_inputs(warehouse, "round-0003", 1.0, loop.at_round_temperature)
     cells = [CellEvidence(passes=p, rollouts=16) for p in (2, 10, 12, 4)]
     up, down = (cells[1].smoothed_logit - cells[0].smoothed_logit, cells[3].smoothed_logit - cells[2].smoothed_logit)
     assert drift[-2] == pytest.approx(max(-1.0, min(1.0, up))) and drift[-2] > 0
-    assert drift[-1] == pytest.approx(max(-1.0, min(1.0, down))) and drift[-1] < 0
-    assert drift[0] == drift[5] == 0.0
-    fixed = LoopConfig(rung_temperature=False)
-    *_, shared, _ = controller_inputs(warehouse, "round-0003", 1.0, fixed.temperature_group)
-    assert shared[-2] == drift[-2] and shared[-1] == shared[0] == shared[5] == drift[-1]
-    every = LoopConfig(round_temperature_levels="all", rung_temperature=False)
-    *_, pooled, _ = controller_inputs(warehouse, "round-0003", 1.0, every.temperature_group)
+    assert drift[-1] == drift[0] == drift[5] == pytest.approx(max(-1.0, min(1.0, down))) and drift[-1] < 0
+    every = LoopConfig(round_temperature_levels="all")
+    *_, pooled, _ = controller_inputs(warehouse, "round-0003", 1.0, every.at_round_temperature)
     expected = estimate_drift([{("cap", -2): cells[0], ("cap", -1): cells[2]},
                                {("cap", -2): cells[1], ("cap", -1): cells[3]}])
     assert drift[-1] < expected < drift[-2] and all(d == pytest.approx(expected) for d in pooled.values())
@@ -478,7 +441,7 @@ def test_round_two_plan_follows_round_one_evidence_and_report(clawloop_home):
 
     loop = LoopConfig(candidates_per_round=30)
     levels, evidence, failure_share, drift, causes = controller_inputs(warehouse, "round-0002", loop.controller_recency,
-                                                                       loop.temperature_group)
+                                                                       loop.at_round_temperature)
     assert levels == {"easy": L, "band": L, "hard": L} and set(drift.values()) == {0.0}
     assert evidence[("easy", L)].pass_rate == 1.0 and evidence[("band", L)].admitted == 4
     assert failure_share == {"easy": 0.0, "band": 0.0, "hard": 1.0}

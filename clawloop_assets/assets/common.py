@@ -12,7 +12,7 @@ from clawloop_assets.evaluation.fixed_set import rollout_errors
 from clawloop_assets.harness.agent_loop import Rollout, rollout_row, run_in_waves, run_rollouts
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.markdown import markdown_table
-from clawloop_assets.round_state import PolicyRef, load_bundles, rollout_temperature, rung_temperature, workdir
+from clawloop_assets.round_state import PolicyRef, load_bundles, rollout_temperature, workdir
 from clawloop_assets.validation.admission import sequential_waves
 from resources.policy import PolicyModel
 from resources.warehouse import Warehouse, table_frame
@@ -45,8 +45,7 @@ def collect_rollouts(context, warehouse, sandbox, policy: PolicyModel, ref: Poli
     change what they decide), the samples run in waves (`sequential_waves`)."""
     key = context.partition_key
     bundles = load_bundles(warehouse, key, task_ids)
-    settings = loop.agent_settings(rollout_temperature(warehouse, key, loop.scheduled_temperature(key)),
-                                   rung_temperature(warehouse, key))
+    settings = loop.agent_settings(rollout_temperature(warehouse, key, loop.scheduled_temperature(key)))
     with measure(phase) as cost:
         session = policy.load(ref.path)
         try:

@@ -46,9 +46,7 @@ from clawloop_assets.round_state import (
     load_bundles,
     require_rows,
     round_policy,
-    rung_temperature,
     split_task_ids,
-    temperature_rows,
 )
 from clawloop_assets.synthesis import catalogs
 from resources import paths
@@ -164,7 +162,7 @@ def round_summary(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg
     patterns = warehouse.read("diagnosis_patterns", {"round": key})
     ledger = warehouse.read("cost_ledger", {"round": key})
     admitted = int(admissions["admitted"].sum()) if admissions.height else 0
-    temperature = temperature_rows(warehouse, key, "round")
+    temperature = warehouse.read("rollout_temperatures", {"round": key})
     round_temperature = float(temperature["temperature"][0]) if temperature.height else None
     # The fixed evaluation set's figures (clawloop_assets/evaluation/fixed_set.py): pooled over every task of the
     # set, and per level of our own set; None before any evaluation rollout.
@@ -181,7 +179,6 @@ def round_summary(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg
         "admitted": admitted,
         "admission_rate": round(admitted / tasks.height, 4) if tasks.height else 0.0,
         **validation_effort(rollouts, admitted, round_temperature),
-        "rung_temperature": rung_temperature(warehouse, key),
         "train_tasks": int((splits["split"] == "train").sum()),
         "heldout_tasks": int((splits["split"] == "heldout").sum()),
         "sft_examples": runs.get("sft", {}).get("examples", 0),

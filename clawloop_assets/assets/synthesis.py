@@ -10,7 +10,7 @@ from clawloop_assets.cost import measure
 from clawloop_assets.loop_config import LoopConfig
 from clawloop_assets.markdown import markdown_table
 from clawloop_assets.partitions import previous_round, round_number, round_partitions
-from clawloop_assets.round_state import input_policy, require_rows, rung_temperature, workdir
+from clawloop_assets.round_state import input_policy, require_rows, workdir
 from clawloop_assets.synthesis import catalogs
 from clawloop_assets.synthesis.candidates import (
     CandidateBuild,
@@ -66,9 +66,7 @@ def synthesis_plan(context: dg.AssetExecutionContext, warehouse: Warehouse, loop
     key = context.partition_key
     capabilities = require_rows(warehouse, "capabilities", key, "capability_catalog")["capability_id"].to_list()
     upstream = previous_round(key)
-    plan, temperatures, drift = plan_round(warehouse, key, capabilities, loop)
-    temperature = next(row for row in temperatures if row["serves"] == "round")
-    rung = next((row for row in temperatures if row["serves"] == "rung"), None)
+    plan, temperature, drift = plan_round(warehouse, key, capabilities, loop)
     rows = [
         {"round": key, "capability_id": e.capability_id, "difficulty": e.difficulty, "weight": e.weight,
          "candidates": e.candidates, "source_round": upstream, "reason": e.reason, "knobs": list(e.knobs),
@@ -77,7 +75,7 @@ def synthesis_plan(context: dg.AssetExecutionContext, warehouse: Warehouse, loop
     ]
     mixes = {e.difficulty: e.operation_weights for e in plan if e.operation_weights}
     warehouse.replace("synthesis_plans", table_frame("synthesis_plans", rows), {"round": key})
-    warehouse.replace("rollout_temperatures", table_frame("rollout_temperatures", temperatures), {"round": key})
+    warehouse.replace("rollout_temperatures", table_frame("rollout_temperatures", [temperature]), {"round": key})
     return dg.MaterializeResult(metadata={
         "upstream_round": upstream or "none (round 1 starts from the base curriculum)",
         "pass_rate_drift_logits": _drift_table(drift, loop) if drift else "none (round 1)",
@@ -85,9 +83,7 @@ def synthesis_plan(context: dg.AssetExecutionContext, warehouse: Warehouse, loop
         "rollout_temperature_source": temperature["source"],
         "rollout_temperature_reason": temperature["reason"],
         "rollout_temperature_levels": ("every level" if loop.round_temperature_levels == "all" else
-                                       "the warm-up level" + ("" if rung else f"; the rest at {loop.temperature:g}")),
-        "rung_temperature": (f"{rung['temperature']:g} ({rung['source']}): {rung['reason']}" if rung
-                             else f"{loop.temperature:g}, the fixed temperature (rung_temperature off)"),
+                                       f"the warm-up level; the rest at {loop.temperature:g}"),
         "target_admission_rate": loop.target_admission_rate,
         "plan": markdown_table(["capability", "level", "weight", "candidates", "knobs", "why"],
                                [(e.capability_id, e.difficulty, f"{e.weight:.2f}", e.candidates, ", ".join(e.knobs) or "-",
@@ -100,79 +96,52 @@ def synthesis_plan(context: dg.AssetExecutionContext, warehouse: Warehouse, loop
 
 
 def plan_round(warehouse: Warehouse, key: str, capabilities: list[str], loop: LoopConfig
-               ) -> tuple[list[PlanEntry], list[dict], dict[int, float]]:
+               ) -> tuple[list[PlanEntry], dict, dict[int, float]]:
     """Round `key`'s plan from the rounds before it (the controller reads
-    only those), with its rollout_temperatures rows and the drift per level
+    only those), with its rollout_temperatures row and the drift per level
     the levels saw ({} in round 1). benchmarks/plan_ablation.py replays a
     run's plans through it."""
     if previous_round(key) is None:
-        return (first_plan(capabilities, loop.candidates_per_round, loop.first_level),
-                rollout_temperature_rows(warehouse, key, loop)[0], {})
+        return first_plan(capabilities, loop.candidates_per_round, loop.first_level), rollout_temperature_row(warehouse, key, loop)[0], {}
     # The controller's inputs first: a missing upstream is named by what the plan reads.
     levels, evidence, failure_share, drift, failure_causes = controller_inputs(
-        warehouse, key, loop.controller_recency, loop.temperature_group)
-    temperatures, shifts = rollout_temperature_rows(warehouse, key, loop)
-    # A temperature the controller moves: the change between rounds sampled
-    # at different temperatures mixes the training's gain with the
-    # temperature's cost, so its levels see the shift it predicts instead.
-    drift = {level: d if shifts.get(loop.temperature_group(level)) is None else shifts[loop.temperature_group(level)]
-             for level, d in drift.items()}
+        warehouse, key, loop.controller_recency, loop.at_round_temperature)
+    temperature, shift = rollout_temperature_row(warehouse, key, loop)
+    if shift is not None:
+        # The controller moves the temperature: the change between rounds
+        # sampled at different temperatures mixes the training's gain with
+        # the temperature's cost, and the next round samples at another.
+        drift = {level: shift if loop.at_round_temperature(level) else d for level, d in drift.items()}
     plan = next_plan(capabilities, levels, evidence, failure_share, loop.candidates_per_round,
                      loop.controller(), drift, failure_causes,
                      warmup_operation_evidence(warehouse, key, loop.controller_recency))
-    return plan, temperatures, drift
+    return plan, temperature, drift
 
 
 def _drift_table(drift: dict[int, float], loop: LoopConfig) -> dg.MarkdownMetadataValue:
-    """The drift the plan's levels saw, one row per temperature group (each
-    group's levels share one drift: LoopConfig.temperature_group)."""
-    sampled_at = {"round": "the round's temperature", "rung": "the rung's temperature", "fixed": f"{loop.temperature:g}"}
+    """The drift the plan's levels saw, one row for the levels at the round's
+    temperature and one for the rest (each group shares one drift)."""
     rows = []
-    for group, label in sampled_at.items():
-        levels = [level for level in sorted(drift) if loop.temperature_group(level) == group]
+    for served, sampled_at in ((True, "the round's temperature"), (False, f"{loop.temperature:g}")):
+        levels = [level for level in sorted(drift) if loop.at_round_temperature(level) == served]
         if levels:
-            rows.append((", ".join(map(str, levels)), label, f"{drift[levels[0]]:+.3f}"))
+            rows.append((", ".join(map(str, levels)), sampled_at, f"{drift[levels[0]]:+.3f}"))
     return markdown_table(["levels", "sampled at", "drift (logits)"], rows)
 
 
-def rollout_temperature_rows(warehouse: Warehouse, round_key: str, loop: LoopConfig
-                             ) -> tuple[list[dict], dict[str, float | None]]:
-    """(the rollout_temperatures rows of `round_key`, the pass-rate shift the
-    levels of each temperature group see, None: they keep estimate_drift):
-    the round's temperature, the schedule's or after it the controller's
-    (controller_temperature), and with `loop.rung_temperature` the rung's,
-    the fixed one while the schedule lasts, then the controller's from the
-    rung's own rollouts."""
+def rollout_temperature_row(warehouse: Warehouse, round_key: str, loop: LoopConfig) -> tuple[dict, float | None]:
+    """(the rollout_temperatures row of `round_key`, the pass-rate shift the
+    levels see): the schedule's temperature (shift None: the levels keep
+    estimate_drift), or after it the controller's choice (controller_temperature)."""
     scheduled = loop.scheduled_temperature(round_key)
     if scheduled is not None:
-        rows = [{"round": round_key, "serves": "round", "temperature": scheduled, "source": "schedule",
-                 "predicted_pass_rate": None, "pass_rate_shift": None,
-                 "reason": f"round {round_number(round_key)} of the schedule {loop.round_temperatures}"}]
-        if loop.rung_temperature:
-            rows.append({"round": round_key, "serves": "rung", "temperature": loop.temperature, "source": "schedule",
-                         "predicted_pass_rate": None, "pass_rate_shift": None,
-                         "reason": f"the fixed temperature {loop.temperature:g} while the schedule lasts"})
-        return rows, {}
-    controller = loop.controller()
-    decision = controller_temperature(warehouse, round_key, controller, loop.at_round_temperature)
-    rows = [{"round": round_key, "serves": "round", "temperature": decision.temperature, "source": "controller",
-             "predicted_pass_rate": decision.predicted_pass_rate, "pass_rate_shift": decision.pass_rate_shift,
-             "reason": decision.reason}]
-    shifts: dict[str, float | None] = {"round": decision.pass_rate_shift}
-    if loop.rung_temperature:
-        rung = controller_temperature(warehouse, round_key, controller,
-                                      lambda level: loop.temperature_group(level) == "rung",
-                                      lambda key: rung_temperature(warehouse, key) or loop.temperature)
-        # The rung's temperature spreads its groups; its climb reads the
-        # pass rate as at the fixed temperature, where the evaluation
-        # measures the rung, so a temperature raised to admit more does
-        # not also hold the rung's capabilities back from level 0.
-        shifts["rung"] = rung.pass_rate_shift + controller.temperature_sensitivity * (rung.temperature - loop.temperature)
-        rows.append({"round": round_key, "serves": "rung", "temperature": rung.temperature, "source": "controller",
-                     "predicted_pass_rate": rung.predicted_pass_rate, "pass_rate_shift": shifts["rung"],
-                     "reason": rung.reason + f"; the rung's climb reads it as at {loop.temperature:g} instead "
-                                             f"({shifts['rung']:+.2f} logits)"})
-    return rows, shifts
+        return {"round": round_key, "temperature": scheduled, "source": "schedule", "predicted_pass_rate": None,
+                "pass_rate_shift": None,
+                "reason": f"round {round_number(round_key)} of the schedule {loop.round_temperatures}"}, None
+    decision = controller_temperature(warehouse, round_key, loop.controller(), loop.at_round_temperature)
+    return {"round": round_key, "temperature": decision.temperature, "source": "controller",
+            "predicted_pass_rate": decision.predicted_pass_rate, "pass_rate_shift": decision.pass_rate_shift,
+            "reason": decision.reason}, decision.pass_rate_shift
 
 
 @dg.asset(partitions_def=round_partitions, group_name=GROUP, pool=WAREHOUSE_WRITER_POOL, deps=[synthesis_plan, domain_catalog])

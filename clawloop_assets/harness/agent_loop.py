@@ -84,8 +84,8 @@ class AgentSettings:
     max_new_tokens: int = 48
     temperature: float = 0.7
     # Levels that sample at another temperature than `temperature` (level ->
-    # temperature): a round's temperature serves its warm-up level, the rung
-    # has its own (LoopConfig.temperature_group).
+    # temperature): a round's temperature serves its warm-up level only
+    # (LoopConfig.round_temperature_levels).
     level_temperatures: Mapping[int, float] = field(default_factory=dict)
     output_bytes: int = 16 << 10
     # Disk quota of one rollout's workspace, and of all a call's workspaces

@@ -27,14 +27,14 @@ from resources.warehouse import Warehouse
 
 
 def controller_inputs(warehouse: Warehouse, round_key: str, recency: float,
-                      temperature_group: Callable[[int], str]):
+                      at_round_temperature: Callable[[int], bool]):
     """What the controller plans round k+1 from: each capability's primary
     level last round, the evidence per (capability, level) of every round so
     far (validation pass counts and admissions, a round j rounds back weighing
     recency**j), each capability's share of last round's diagnosed failures,
-    the drift of the pass rate between the last two rounds per level (each
-    temperature's levels, LoopConfig.temperature_group, measured apart: a
-    temperature change moves only its own), and the root causes of each
+    the drift of the pass rate between the last two rounds per level (the
+    levels at the rounds' temperatures and the rest measured apart: a
+    temperature change moves only the first), and the root causes of each
     capability's diagnosed failures (counts)."""
     upstream = previous_round(round_key)
     if warehouse.read("round_summaries", {"round": upstream}).is_empty():
@@ -64,26 +64,24 @@ def controller_inputs(warehouse: Warehouse, round_key: str, recency: float,
     failure_causes: dict[str, dict[str, int]] = {}
     for row in summaries.group_by("capability_id", "root_cause").len().iter_rows(named=True):
         failure_causes.setdefault(row["capability_id"], {})[row["root_cause"]] = row["len"]
-    groups = {temperature_group(level) for level in LEVELS}
-    drift_of = {group: estimate_drift([{cell: e for cell, e in cells.items() if temperature_group(cell[1]) == group}
-                                       for cells in per_round]) for group in groups}
-    drift = {level: drift_of[temperature_group(level)] for level in LEVELS}
+    drift_at_round_temperature, drift_at_fixed_temperature = (
+        estimate_drift([{cell: e for cell, e in cells.items() if at_round_temperature(cell[1]) == served}
+                        for cells in per_round]) for served in (True, False))
+    drift = {level: drift_at_round_temperature if at_round_temperature(level) else drift_at_fixed_temperature
+             for level in LEVELS}
     return levels, evidence, failure_share, drift, failure_causes
 
 
 def controller_temperature(warehouse: Warehouse, round_key: str, controller: Controller,
-                           serves: Callable[[int], bool], last: Callable[[str], float] | None = None
-                           ) -> TemperatureDecision:
+                           at_round_temperature: Callable[[int], bool]) -> TemperatureDecision:
     """The controller's rollout temperature for `round_key` (a round after
-    the schedule's end) at the levels it `serves` (the round's, or the
-    rung's): chosen from the last round's validation rollouts and its
-    held-out split before and after training at those levels
-    (TemperatureDecision.pass_rate_shift is the shift they then see). With
-    no validation rollout there last round, the last round's temperature
-    (`last`: round key -> temperature; the round's by default) is kept."""
+    the schedule's end): chosen from the last round's validation rollouts
+    and its held-out split before and after training, on the levels the
+    round's temperature serves (`at_round_temperature`)
+    (TemperatureDecision.pass_rate_shift is the shift those levels then see)."""
     upstream = previous_round(round_key)
     levels = warehouse.read("tasks", {"round": upstream}).select("task_id", "difficulty")
-    served = [level for level in LEVELS if serves(level)]
+    served = [level for level in LEVELS if at_round_temperature(level)]
     every_level = warehouse.read("rollouts", {"round": upstream})
     rollouts = every_level.join(levels, on="task_id").filter(pl.col("difficulty").is_in(served))
     validation = rollouts.filter(pl.col("phase") == "validation")
@@ -92,7 +90,7 @@ def controller_temperature(warehouse: Warehouse, round_key: str, controller: Con
             raise MissingUpstreamError(f"{upstream} has no validation rollouts to choose {round_key}'s temperature "
                                        f"from: materialize validation_rollouts for {upstream} first")
         # Every capability has left the levels it serves: nothing to aim with.
-        previous = last(upstream) if last else rollout_temperature(warehouse, upstream, None)
+        previous = rollout_temperature(warehouse, upstream, None)
         return TemperatureDecision(previous, None, f"{previous:.2f} kept: no validation rollouts at levels "
                                                    f"{served} last round")
     previous = float(validation["temperature"].mode().sort()[0])
